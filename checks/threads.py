@@ -41,6 +41,7 @@ LOCAL_RANK_VARS = (
 KEPT_VARS = (*POOL_VARS, *LOCAL_RANK_VARS)
 # A python process is a training job when its command line names a framework or a training script.
 # "train" only at a word start ("train.py", "run_pretraining"), so "constraints.txt" is not a job.
+CMDLINE_SEARCHED = 4096
 TRAINING_CMDLINE = re.compile(r"tensorflow|torch|keras|(?<![a-z])jax|(?<![a-z])(?:pre)?train", re.IGNORECASE)
 PROC = "/proc"
 _TF_DOC = "https://www.tensorflow.org/api_docs/python/tf/config/threading"
@@ -149,8 +150,9 @@ def _scan(host: Host) -> tuple[list[Proc], int, list[str]]:
         threads_n = int(threads) if _is_count(threads) else None
         cmdline = " ".join(argv)
         # The interpreter's own path ("/envs/torch/bin/python") says nothing about the job: skip argv[0].
+        # The script and launcher come first; a long tail (inline code, a payload) is not searched.
         python_job = _is_python(fields.get("Name", ""), argv[0]) and TRAINING_CMDLINE.search(
-            " ".join(argv[1:])
+            " ".join(argv[1:])[:CMDLINE_SEARCHED]
         )
         # A shell that merely inherited OMP_NUM_THREADS runs one thread; a pool user runs more.
         pool_user = any(v in env for v in POOL_VARS) and (threads_n or 0) > 1

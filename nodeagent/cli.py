@@ -39,6 +39,48 @@ format_option = click.option(
 )
 
 
+def cluster_options(f: Any) -> Any:
+    """--cluster/--hosts and how the fleet is reached (nodeagent.cluster)."""
+    options = [
+        click.option(
+            "--cluster",
+            metavar="HOSTS.YML",
+            help="Run on every host of this inventory over SSH (native or Ansible YAML).",
+        ),
+        click.option(
+            "--hosts", "hostlist", metavar="EXPR", help="Hosts as a Slurm hostlist, e.g. 'node[01-04]'."
+        ),
+        click.option(
+            "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
+        ),
+        click.option(
+            "--parallel",
+            type=click.IntRange(min=1),
+            default=64,
+            show_default=True,
+            help="Hosts handled at once.",
+        ),
+        click.option(
+            "--accept-new-host-keys",
+            is_flag=True,
+            help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _fleet(cluster: str | None, hostlist: str | None, limit: str | None, root: str | None = None) -> Any:
+    """The inventory when --cluster or --hosts was given, else None."""
+    from nodeagent.cluster import command
+
+    inv = command.load(cluster, hostlist, limit)
+    if inv is not None and root is not None:
+        raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
+    return inv
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeagent")
 def cli() -> None:
@@ -55,17 +97,84 @@ def cli() -> None:
 @click.option("--skip", metavar="ID,...", help="Leave these checks out.")
 @format_option
 @click.option("--timeout", type=float, default=20.0, show_default=True, help="Seconds one check may take.")
-def check(root: str | None, only: str | None, skip: str | None, fmt: str, timeout: float) -> None:
-    """Run the checks on this machine (or a snapshot) and report findings."""
+@click.option("--facts", "with_facts", is_flag=True, help="With --format json: add the node's facts.")
+@cluster_options
+@click.option(
+    "--remote-agent",
+    is_flag=True,
+    help="With --cluster: run nodeagent installed on each host instead of pulling a snapshot.",
+)
+@click.option(
+    "--bandwidth",
+    is_flag=True,
+    help="With --cluster: also measure TCP (iperf3) or RDMA (ib_write_bw) bandwidth and latency "
+    "between the hosts, in a ring, and flag the slow ones.",
+)
+@click.option(
+    "--bandwidth-mode",
+    type=click.Choice(["ring", "pairs"]),
+    default="ring",
+    show_default=True,
+    help="ring: each host to the next, all at once; pairs: every ordered pair.",
+)
+@click.option("--min-gbits", type=float, help="With --bandwidth: a link below this many Gbit/s fails.")
+def check(
+    root: str | None,
+    only: str | None,
+    skip: str | None,
+    fmt: str,
+    timeout: float,
+    with_facts: bool,
+    cluster: str | None,
+    hostlist: str | None,
+    limit: str | None,
+    parallel: int,
+    accept_new_host_keys: bool,
+    remote_agent: bool,
+    bandwidth: bool,
+    bandwidth_mode: str,
+    min_gbits: float | None,
+) -> None:
+    """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings."""
     from nodeagent import checks, engine
 
     selected = checks.select(_ids(only), _ids(skip))
+    inv = _fleet(cluster, hostlist, limit, root)
+    if inv is not None:
+        from nodeagent.cluster import command
+        from nodeagent.cluster.runner import CheckJob
+
+        job = CheckJob(selected, timeout_s=timeout, remote_agent=remote_agent)
+        fleet_report = command.run(inv, job, parallel, accept_new_host_keys, "check")
+        sections = []
+        if bandwidth:
+            from nodeagent.cluster import bandwidth as bw
+            from nodeagent.cluster import ssh
+
+            keys = ssh.HostKeys.default(inv.known_hosts, accept_new_host_keys)
+            params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
+            measured = bw.measure(inv, keys, params, parallel)
+            fleet_report.extra = measured.to_dict()
+            fleet_report.extra_status = measured.status()
+            sections.append(measured.render())
+        command.emit(fleet_report, fmt, sections)
+        sys.exit(fleet_report.exit_code)
+    if remote_agent or bandwidth:
+        raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
     with _open(root) as host:
         report = engine.run_report(host, selected, timeout_s=timeout)
+        facts_doc = None
+        if with_facts:
+            from nodeagent.facts import node
+
+            facts_doc = node.collect(host)
     if fmt == "json":
         from nodeagent.render import jsonout
 
-        click.echo(jsonout.report(report))
+        doc = report.to_dict()
+        if facts_doc is not None:
+            doc["facts"] = facts_doc
+        click.echo(jsonout.dumps(doc))
     else:
         from nodeagent.render import table
 
@@ -201,6 +310,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     "--quick", is_flag=True, help="With --verify: the benchmark's quick mode (small data, few steps)."
 )
 @format_option
+@cluster_options
 def tune(
     root: str | None,
     only: str | None,
@@ -211,10 +321,29 @@ def tune(
     verify: bool,
     quick: bool,
     fmt: str,
+    cluster: str | None,
+    hostlist: str | None,
+    limit: str | None,
+    parallel: int,
+    accept_new_host_keys: bool,
 ) -> None:
-    """Plan the changes that fix what the checks find (a dry run unless --apply)."""
+    """Plan the changes that fix what the checks find (a dry run unless --apply).
+
+    With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
+    """
     from nodeagent import tuners
     from nodeagent.host import open_host
+
+    inv = _fleet(cluster, hostlist, limit, root)
+    if inv is not None:
+        argv = ["tune", "--profile", profile_name]
+        argv += [f"--only={only}"] if only else []
+        argv += [f"--skip={skip}"] if skip else []
+        argv += [f"--set={item}" for item in sets]
+        argv += ["--apply"] if do_apply else []
+        argv += ["--verify"] if verify else []
+        argv += ["--quick"] if quick else []
+        _agent_on_fleet(inv, argv, parallel, accept_new_host_keys, fmt)
 
     if verify:
         if not do_apply:
@@ -346,6 +475,24 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
     sys.exit(worst(f.status for f in findings).exit_code)
 
 
+def _agent_on_fleet(
+    inv: Any,
+    argv: list[str],
+    parallel: int,
+    accept_new: bool,
+    fmt: str,
+    statuses: dict[int, str] | None = None,
+) -> NoReturn:
+    """`nodeagent ARGV --format json` on every host; their documents gathered, side by side."""
+    from nodeagent.cluster import command
+    from nodeagent.cluster.runner import EXIT_STATUS, AgentJob
+
+    job = AgentJob((*argv, "--format", "json"), statuses or EXIT_STATUS)
+    report = command.run(inv, job, parallel, accept_new, argv[0], compare=False)
+    command.emit(report, fmt)
+    sys.exit(report.exit_code)
+
+
 def _need_tensorflow() -> None:
     """TensorFlow runs only in the benchmark's workers: look for it without importing it."""
     import importlib.util
@@ -366,13 +513,34 @@ def _need_tensorflow() -> None:
 @click.option("--repeats", type=click.IntRange(min=1), help="Timed repeats in each worker process.")
 @click.option("--processes", type=click.IntRange(min=1), help="Fresh worker processes per config.")
 @format_option
-def bench(quick: bool, profile_name: str, repeats: int | None, processes: int | None, fmt: str) -> None:
+@cluster_options
+def bench(
+    quick: bool,
+    profile_name: str,
+    repeats: int | None,
+    processes: int | None,
+    fmt: str,
+    cluster: str | None,
+    hostlist: str | None,
+    limit: str | None,
+    parallel: int,
+    accept_new_host_keys: bool,
+) -> None:
     """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
     against the input and compute bounds, with medians, 95% intervals and verdicts.
 
+    With --cluster or --hosts, nodeagent (with its tf extra) installed on each host runs it there.
     Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
     64 bad input or TensorFlow missing.
     """
+    inv = _fleet(cluster, hostlist, limit)
+    if inv is not None:
+        argv = ["bench", "--profile", profile_name]
+        argv += ["--quick"] if quick else []
+        argv += [f"--repeats={repeats}"] if repeats else []
+        argv += [f"--processes={processes}"] if processes else []
+        # bench exits 1 when a configuration failed: that host's result is a failure.
+        _agent_on_fleet(inv, argv, parallel, accept_new_host_keys, fmt, {0: "OK", 1: "FAIL"})
     _need_tensorflow()
     from nodeagent.bench import run
 

@@ -6,14 +6,13 @@ way of running checks.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from nodeagent import pool
 from nodeagent.check import Check
 from nodeagent.finding import Finding, Status, worst
 from nodeagent.host import Host
@@ -122,48 +121,22 @@ def run(
 
     `params` maps a check id to its parameter object (see Check.make_params); missing ids get
     defaults. A check that raises yields one UNKNOWN finding with the error. A check still running
-    `timeout_s` after it started yields UNKNOWN and is abandoned: workers are daemon threads (a
-    ThreadPoolExecutor's are joined at exit, so one hung read would hang the process), and a fresh
-    worker replaces the stuck one. Facts shared by several checks are collected once (Host.memo).
+    `timeout_s` after it started yields UNKNOWN and is abandoned (nodeagent.pool: daemon workers,
+    a fresh one replacing the stuck one). Facts shared by several checks are collected once
+    (Host.memo).
     """
     host.refresh()
     resolved = {c.id: (params or {}).get(c.id) or c.make_params() for c in checks}
-    jobs: queue.SimpleQueue[Check[Any, Any]] = queue.SimpleQueue()
-    done: queue.SimpleQueue[tuple[Check[Any, Any], list[Finding], float]] = queue.SimpleQueue()
-    started: dict[str, float] = {}
-    lock = threading.Lock()
-    for check in checks:
-        jobs.put(check)
 
-    def worker() -> None:
-        while True:
-            try:
-                check = jobs.get_nowait()
-            except queue.Empty:
-                return
-            with lock:
-                started[check.id] = time.monotonic()
-            findings, duration = _run_one(check, host, resolved[check.id])
-            done.put((check, findings, duration))
+    def one(check: Check[Any, Any]) -> tuple[list[Finding], float]:
+        return _run_one(check, host, resolved[check.id])
 
-    def spawn() -> None:
-        threading.Thread(target=worker, name="nodeagent-check", daemon=True).start()
-
-    for _ in range(max(1, min(workers, len(checks)))):
-        spawn()
-    remaining = {c.id: c for c in checks}
-    while remaining:
-        try:
-            check, findings, duration = done.get(timeout=0.05)
-        except queue.Empty:
-            now = time.monotonic()
-            with lock:
-                overdue = [cid for cid, t0 in started.items() if cid in remaining and now - t0 > timeout_s]
-            for cid in overdue:
-                yield _timeout_result(remaining.pop(cid), host, timeout_s)
-                spawn()
-            continue
-        if remaining.pop(check.id, None) is not None:
+    for done in pool.bounded(checks, one, workers, lambda _: timeout_s, "nodeagent-check"):
+        check = done.item
+        if isinstance(done.outcome, pool.Overdue):
+            yield _timeout_result(check, host, timeout_s)
+        else:
+            findings, duration = done.outcome
             yield CheckResult(check.id, check.title, findings, duration)
 
 

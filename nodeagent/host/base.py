@@ -15,6 +15,9 @@ T = TypeVar("T")
 
 # A sysfs or procfs file larger than this is not one of ours (e.g. /proc/kcore): never read it whole.
 MAX_READ_BYTES = 1 << 20
+# A snapshot's layout: the tree itself, the recorded command outputs, and its metadata.
+COMMANDS_DIR = "commands"
+META_FILE = "nodeagent.json"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,10 @@ class Host(ABC):
     def exists(self, path: str) -> bool:
         return self.realpath(path) is not None
 
+    def lexists(self, path: str) -> bool:
+        """`path` exists, or is a link (dangling or not): what a glob component matches."""
+        return self.realpath(path) is not None or self.readlink(path) is not None
+
     def glob(self, pattern: str) -> list[str]:
         """Absolute paths matching a shell pattern (`*`, `?`, `[...]` within one component)."""
         parts = [p for p in pattern.split("/") if p]
@@ -111,7 +118,7 @@ class Host(ABC):
                 prefix = base.rstrip("/") + "/"
                 if not any(c in part for c in "*?["):
                     candidate = prefix + part
-                    if self.realpath(candidate) is not None or self.readlink(candidate) is not None:
+                    if self.lexists(candidate):
                         nxt.append(candidate)
                     continue
                 for entry in self.listdir(base) or []:

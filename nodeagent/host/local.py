@@ -36,6 +36,9 @@ class TreeHost(Host):
     def is_dir(self, path: str) -> bool:
         return self.tree.is_dir(path)
 
+    def lexists(self, path: str) -> bool:
+        return self.tree.lexists(path)
+
     def write(self, path: str, value: str) -> None:
         self.tree.write(path, value)
 

@@ -10,12 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodeagent.errors import UsageError
-from nodeagent.host.base import CmdResult, Host, command_name
+from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
 from nodeagent.host.local import LocalHost, TreeHost
 from nodeagent.host.tree import DIR, ArchiveTree, LiveTree, SubTree, Tree
 
-META_FILE = "nodeagent.json"
-COMMANDS_DIR = "commands"
 _TREE_MARKERS = ("sys", "proc", COMMANDS_DIR)
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz2", ".tar")
 
@@ -42,17 +40,23 @@ class SnapshotHost(TreeHost):
 
     kind = "snapshot"
 
-    def __init__(self, source: str | Path, writable: bool = False) -> None:
+    def __init__(
+        self, source: str | Path, writable: bool = False, data: bytes | None = None, tree: Tree | None = None
+    ) -> None:
+        """`source` names the snapshot; `data`, when given, is the archive itself, and `tree` the
+        recorded tree itself (pulled over SSH)."""
         self.source = Path(source)
-        if not self.source.exists():
+        if data is None and tree is None and not self.source.exists():
             raise UsageError(f"{self.source}: no such file or directory (give a snapshot folder or archive)")
-        if self.source.is_dir():
-            base: Tree = LiveTree(str(self.source))
+        if tree is not None:
+            base: Tree = tree
+        elif data is None and self.source.is_dir():
+            base = LiveTree(str(self.source))
         else:
             if writable:
                 raise UsageError(f"{self.source}: an archive is read-only; extract it to write to it")
             try:
-                base = ArchiveTree(str(self.source))
+                base = ArchiveTree(data if data is not None else str(self.source))
             except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
                 raise UsageError(
                     f"{self.source}: not a readable tar archive ({e}); record one with `nodeagent snapshot`"

@@ -8,15 +8,13 @@ slow on many disks (seconds for one hwloc tree here), reading them from memory i
 
 from __future__ import annotations
 
-import bz2
 import errno
-import gzip
 import io
-import lzma
 import os
 import posixpath
-import tarfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from typing import BinaryIO
 
 from nodeagent.host.base import MAX_READ_BYTES
 
@@ -102,6 +100,10 @@ class Tree(ABC):
         real = self.resolve(path)
         return real is not None and self.kind(real) == DIR
 
+    def lexists(self, path: str) -> bool:
+        """`path` resolves, or is itself a link (dangling included)."""
+        return self.resolve(path) is not None or self.readlink(path) is not None
+
     def write(self, path: str, value: str) -> None:
         raise PermissionError(errno.EROFS, "read-only tree", path)
 
@@ -144,6 +146,24 @@ class LiveTree(Tree):
         except OSError:
             return None
 
+    # On "/" the kernel resolves the links on the way to a path: one system call, no walk.
+    def lexists(self, path: str) -> bool:
+        return os.path.lexists(path) if self._live else super().lexists(path)
+
+    def listdir(self, path: str) -> list[str] | None:
+        return self.entries(path) if self._live else super().listdir(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path) if self._live else super().is_dir(path)
+
+    def readlink(self, path: str) -> str | None:
+        if not self._live:
+            return super().readlink(path)
+        try:
+            return os.readlink(path)
+        except OSError:
+            return None
+
     def resolve(self, path: str) -> str | None:
         if not self._live:
             return super().resolve(path)
@@ -176,50 +196,54 @@ class LiveTree(Tree):
 _MAX_ARCHIVE_BYTES = 1 << 30  # a snapshot is a few MB; refuse a decompression bomb
 
 
-def _decompressed(archive: str) -> bytes:
-    """The archive's tar bytes. Decompressing in one go is ~20x faster than tarfile's stream reader."""
-    with open(archive, "rb") as f:
-        head = f.read(6)
-    limit = _MAX_ARCHIVE_BYTES + 1
-    if head.startswith(b"BZh"):
-        with bz2.open(archive, "rb") as f:
-            data = f.read(limit)
-    elif head.startswith(b"\x1f\x8b"):
-        with gzip.open(archive, "rb") as f:
-            data = f.read(limit)
-    elif head.startswith(b"\xfd7zXZ"):
-        with lzma.open(archive, "rb") as f:
-            data = f.read(limit)
-    else:
-        with open(archive, "rb") as f:
-            data = f.read(limit)
+def _decompressed(archive: str | bytes) -> bytes:
+    """The archive's tar bytes (from a file, or already in memory as pulled over SSH).
+    Decompressing in one go is ~20x faster than tarfile's stream reader."""
+    import bz2
+    import gzip
+    import lzma
+
+    raw: BinaryIO = io.BytesIO(archive) if isinstance(archive, bytes) else open(archive, "rb")  # noqa: SIM115
+    with raw:
+        head = raw.read(6)
+        raw.seek(0)
+        limit = _MAX_ARCHIVE_BYTES + 1
+        stream: io.BufferedIOBase | BinaryIO
+        if head.startswith(b"BZh"):
+            stream = bz2.BZ2File(raw)
+        elif head.startswith(b"\x1f\x8b"):
+            stream = gzip.GzipFile(fileobj=raw)
+        elif head.startswith(b"\xfd7zXZ"):
+            stream = lzma.LZMAFile(raw)  # noqa: SIM115 - closed with `raw`
+        else:
+            stream = raw
+        data = stream.read(limit)
     if len(data) > _MAX_ARCHIVE_BYTES:
         raise ValueError(f"larger than {_MAX_ARCHIVE_BYTES >> 20} MiB once decompressed")
     return data
 
 
-class ArchiveTree(Tree):
-    """A tar archive read into memory. Devices, FIFOs and hard links are left out."""
+class MemoryTree(Tree):
+    """A tree held in memory: folders, links and files by absolute path."""
 
-    def __init__(self, archive: str) -> None:
+    def __init__(
+        self,
+        dirs: Iterable[str] = (),
+        links: Mapping[str, str] | None = None,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
         self._kinds: dict[str, str] = {"/": DIR}
         self._links: dict[str, str] = {}
         self._files: dict[str, bytes] = {}
         self._children: dict[str, set[str]] = {"/": set()}
-        with tarfile.open(fileobj=io.BytesIO(_decompressed(archive)), mode="r:") as tf:
-            for member in tf:
-                path = posixpath.normpath("/" + member.name)
-                if path == "/":
-                    continue
-                if member.isdir():
-                    self._add(path, DIR)
-                elif member.issym():
-                    self._add(path, LINK)
-                    self._links[path] = member.linkname
-                elif member.isfile():
-                    f = tf.extractfile(member)
-                    self._files[path] = f.read(MAX_READ_BYTES) if f else b""
-                    self._add(path, FILE)
+        for path in dirs:
+            self._add(path, DIR)
+        for path, target in (links or {}).items():
+            self._add(path, LINK)
+            self._links[path] = target
+        for path, data in (files or {}).items():
+            self._add(path, FILE)
+            self._files[path] = data
 
     def _add(self, path: str, kind: str) -> None:
         self._kinds[path] = kind
@@ -250,6 +274,29 @@ class ArchiveTree(Tree):
 
     def top_folders(self) -> list[str]:
         return sorted(c for c in self._children["/"] if self._kinds.get("/" + c) == DIR)
+
+
+class ArchiveTree(MemoryTree):
+    """A tar archive read into memory. Devices, FIFOs and hard links are left out."""
+
+    def __init__(self, archive: str | bytes) -> None:
+        import tarfile
+
+        super().__init__()
+        with tarfile.open(fileobj=io.BytesIO(_decompressed(archive)), mode="r:") as tf:
+            for member in tf:
+                path = posixpath.normpath("/" + member.name)
+                if path == "/":
+                    continue
+                if member.isdir():
+                    self._add(path, DIR)
+                elif member.issym():
+                    self._add(path, LINK)
+                    self._links[path] = member.linkname
+                elif member.isfile():
+                    f = tf.extractfile(member)
+                    self._files[path] = f.read(MAX_READ_BYTES) if f else b""
+                    self._add(path, FILE)
 
 
 class SubTree(Tree):

@@ -1,0 +1,62 @@
+"""The agentless pull: one SSH command that records a node with its own python3 and streams the
+snapshot back, so the checks run centrally on exactly what they declare (DESIGN: "Snapshot").
+
+The node needs no nodeagent: the command carries the recorder's own sources (nodeagent.snapshot
+and the host modules it stands on, all standard library only), compressed into one argument, and a
+tiny bootstrap that loads them as modules and calls `nodeagent.snapshot.remote_main`. The same code
+records a node locally (`nodeagent snapshot`) and over SSH, so both give the same tree.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import shlex
+import zlib
+from collections.abc import Sequence
+
+from nodeagent import __version__
+
+# Loaded in this order on the node: each imports only the standard library and those before it.
+_PACKAGES = ("nodeagent", "nodeagent.host")
+_MODULES = ("nodeagent.host.base", "nodeagent.host.tree", "nodeagent.host.local", "nodeagent.snapshot")
+
+# Runs on the node as `python3 -I -c BOOTSTRAP`, the payload on its standard input (not in argv:
+# the node's process list and every snapshot of it stay small). Modules are registered in
+# sys.modules before their code runs, as the import system does (dataclasses look theirs up).
+BOOTSTRAP = (
+    "import json,sys,types,zlib\n"
+    "d=json.loads(zlib.decompress(sys.stdin.buffer.read()))\n"
+    "for n in d['packages']:\n"
+    " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
+    "for n,s in d['modules']:\n"
+    " m=types.ModuleType(n);sys.modules[n]=m;exec(compile(s,'<nodeagent:'+n+'>','exec'),m.__dict__)\n"
+    "sys.modules['nodeagent.snapshot'].remote_main(d['spec'])\n"
+)
+
+
+@functools.cache
+def _sources() -> tuple[tuple[str, str], ...]:
+    return tuple((name, inspect.getsource(importlib.import_module(name))) for name in _MODULES)
+
+
+def payload(patterns: Sequence[str], commands: Sequence[Sequence[str]], command_timeout: float) -> bytes:
+    doc = {
+        "packages": list(_PACKAGES),
+        "modules": [list(m) for m in _sources()],
+        "spec": {
+            "patterns": list(patterns),
+            "commands": [list(c) for c in commands],
+            "command_timeout": command_timeout,
+            "version": __version__,
+        },
+    }
+    return zlib.compress(json.dumps(doc).encode(), 9)
+
+
+def command(python: str) -> str:
+    """The remote shell command line: every word quoted, the interpreter included (it comes from
+    the inventory). `-I`: no user site-packages or PYTHON* variables can change what runs."""
+    return shlex.join([python, "-I", "-c", BOOTSTRAP])

@@ -1,0 +1,253 @@
+"""SSH to one inventory host with Fabric: host keys verified, every failure named in one line.
+
+Fabric's Connection reads ~/.ssh/config (HostName, Port, User, IdentityFile, ProxyJump) and gives
+the connection settings; but it accepts any host key (it installs paramiko's AutoAddPolicy), which
+a tool that runs as root on a fleet must not do. Here host keys are checked against known_hosts
+(the inventory's file, the user's, the system's), an unknown key fails that host unless
+`--accept-new-host-keys` (OpenSSH's StrictHostKeyChecking=accept-new: a new key is recorded, a
+changed one is always refused), and commands run on a raw channel so binary output (the snapshot
+tar) and time limits are exact.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+
+if TYPE_CHECKING:
+    from fabric import Connection
+
+    from nodeagent.cluster.inventory import HostSpec
+
+# Kinds of host failure, as shown in reports and JSON (`error.kind`).
+UNREACHABLE = "unreachable"
+AUTH = "auth failed"
+HOST_KEY = "host key rejected"
+TIMEOUT = "timeout"
+MISSING = "nodeagent missing"
+REMOTE = "remote error"
+
+USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
+SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
+
+
+@dataclass(frozen=True)
+class HostError(Exception):
+    """Why one host gave no result: `kind` (above) and a one-line message saying what to do."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    def __init__(self, host: str, key: paramiko.PKey) -> None:
+        super().__init__(host)
+        self.host = host
+        self.key = key
+
+
+class _RejectUnknown(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """Record a host's first key in `path` (a changed key still fails: paramiko raises
+    BadHostKeyException before any policy is asked)."""
+
+    _lock = threading.Lock()  # hosts connect in parallel; appends to one file must not interleave
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with self._lock:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with self.path.open("a") as f:
+                f.write(line)
+
+
+@dataclass(frozen=True)
+class HostKeys:
+    """Where host keys are checked: the files read, and the one a new key is recorded in."""
+
+    files: tuple[Path, ...]
+    accept_new: bool = False
+
+    @classmethod
+    def default(cls, inventory_file: str | None, accept_new: bool) -> HostKeys:
+        user = Path(USER_KNOWN_HOSTS).expanduser()
+        files = [Path(inventory_file).expanduser()] if inventory_file else [user]
+        return cls((*files, Path(SYSTEM_KNOWN_HOSTS)), accept_new)
+
+    def install(self, client: paramiko.SSHClient, ssh_config: dict[str, Any]) -> None:
+        files = list(self.files)
+        # ~/.ssh/config's UserKnownHostsFile for this host, as OpenSSH would use it.
+        extra = ssh_config.get("userknownhostsfile")
+        if extra:
+            files[:0] = [Path(os.path.expanduser(p)) for p in str(extra).split()]
+        for path in files:
+            if path.is_file():
+                try:
+                    client.get_host_keys().load(str(path))
+                except (OSError, paramiko.SSHException, ValueError) as e:
+                    raise HostError(HOST_KEY, f"cannot read known_hosts file {path}: {e}") from None
+        policy = _AcceptNew(files[0]) if self.accept_new else _RejectUnknown()
+        client.set_missing_host_key_policy(policy)
+
+
+def connection(spec: HostSpec, keys: HostKeys) -> Connection:
+    """A Fabric Connection for `spec`, not yet open."""
+    from fabric import Config, Connection
+
+    kwargs: dict[str, Any] = {
+        # Only the key the inventory names, when it names one; else ssh-agent and ~/.ssh keys.
+        "banner_timeout": spec.connect_timeout,
+        "auth_timeout": spec.connect_timeout,
+    }
+    if spec.identity_file:
+        kwargs["key_filename"] = [os.path.expanduser(spec.identity_file)]
+    gateway = None
+    if spec.jump_host:
+        user, _, hostport = spec.jump_host.rpartition("@")
+        # host:port; an IPv6 address (more than one colon) has no port here, as in Fabric.
+        host, _, port = hostport.partition(":") if hostport.count(":") == 1 else (hostport, "", "")
+        gateway = Connection(
+            host,
+            user=user or None,
+            port=int(port) if port else None,
+            connect_timeout=max(1, math.ceil(spec.connect_timeout)),
+            connect_kwargs=dict(kwargs),
+        )
+        keys.install(gateway.client, dict(gateway.ssh_config))
+    conn = Connection(
+        spec.address,
+        user=spec.user,
+        port=spec.port,
+        config=Config(),
+        gateway=gateway,
+        # Fabric truncates this to whole seconds, and 0 would mean "no limit".
+        connect_timeout=max(1, math.ceil(spec.connect_timeout)),
+        connect_kwargs=kwargs,
+    )
+    keys.install(conn.client, dict(conn.ssh_config))
+    return conn
+
+
+def open_connection(conn: Connection, spec: HostSpec, keys: HostKeys) -> None:
+    """Connect and authenticate, or raise HostError saying what failed and what to do."""
+    try:
+        conn.open()
+    except BaseException as e:
+        raise classify(e, spec, keys) from None
+
+
+def classify(exc: BaseException, spec: HostSpec, keys: HostKeys) -> HostError:
+    where = f"{spec.address}:{spec.port or 22}"
+    known = ", ".join(str(p) for p in keys.files[:-1])
+    if isinstance(exc, HostError):
+        return exc
+    if isinstance(exc, _UnknownHostKey):
+        return HostError(
+            HOST_KEY,
+            f"{exc.host} is not in known_hosts ({known}); check its {exc.key.get_name()} key "
+            f"fingerprint and add it (ssh-keyscan {shlex.quote(spec.address)} >> known_hosts), "
+            "or pass --accept-new-host-keys",
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return HostError(
+            HOST_KEY,
+            f"the host key of {spec.address} CHANGED (known_hosts has a different "
+            f"{exc.expected_key.get_name()} key): possible man-in-the-middle; if the host was "
+            f"reinstalled, remove the old key with `ssh-keygen -R {shlex.quote(spec.address)}`",
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        who = f"{spec.user}@{spec.address}" if spec.user else spec.address
+        key = f" with key {spec.identity_file}" if spec.identity_file else ""
+        return HostError(AUTH, f"{who} refused the login{key} ({exc}); check the user and key")
+    if isinstance(exc, socket.gaierror):
+        return HostError(UNREACHABLE, f"cannot resolve {spec.address} ({exc.strerror})")
+    if isinstance(exc, TimeoutError):
+        return HostError(
+            UNREACHABLE, f"no answer from {where} within {spec.connect_timeout:g}s (host down or filtered?)"
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        return HostError(UNREACHABLE, f"connection refused by {where} (is sshd running there?)")
+    if isinstance(exc, OSError) and exc.errno in (
+        errno.ECONNREFUSED,
+        errno.EHOSTUNREACH,
+        errno.ENETUNREACH,
+        errno.ECONNRESET,
+    ):
+        return HostError(UNREACHABLE, f"{where}: {exc.strerror}")
+    if isinstance(exc, EOFError | paramiko.SSHException | OSError):
+        return HostError(UNREACHABLE, f"{where}: SSH failed ({type(exc).__name__}: {exc})")
+    return HostError(REMOTE, f"{where}: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class Output:
+    stdout: bytes
+    stderr: bytes
+    exited: int
+
+
+def run(conn: Connection, command: str, timeout: float, stdin: bytes | None = None) -> Output:
+    """Run a shell command line (already quoted) on an open connection, `stdin` fed to it; bytes
+    out, exact limit.
+
+    Raises HostError(TIMEOUT) when it does not finish within `timeout` seconds (the channel is
+    closed, so the remote command gets SIGHUP through sshd)."""
+    transport = conn.client.get_transport()
+    if transport is None or not transport.is_active():
+        raise HostError(UNREACHABLE, "the SSH connection closed")
+    deadline = time.monotonic() + timeout
+    chan = transport.open_session(timeout=timeout)
+    try:
+        chan.settimeout(0.2)  # how often the deadline is looked at while the command is silent
+        chan.exec_command(command)
+        if stdin is not None:
+            chan.sendall(stdin)
+            chan.shutdown_write()
+        out: list[bytes] = []
+        err: list[bytes] = []
+        while True:
+            if chan.recv_stderr_ready():  # drained as it comes, so a chatty stderr cannot stall it
+                err.append(chan.recv_stderr(1 << 16))
+                continue
+            if time.monotonic() > deadline:
+                raise HostError(TIMEOUT, f"the command did not finish within {timeout:g}s")
+            try:
+                data = chan.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                break  # end of its output
+            out.append(data)
+        if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+            raise HostError(TIMEOUT, f"the command did not exit within {timeout:g}s")
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(1 << 16))
+        if not transport.is_active() and chan.exit_status == -1:
+            raise HostError(UNREACHABLE, "the connection closed while the command ran (sshd stopped?)")
+        return Output(b"".join(out), b"".join(err), chan.exit_status)
+    finally:
+        chan.close()

@@ -1,0 +1,269 @@
+"""`nodeagent check|tune --cluster` against a real cluster: network namespaces each running a real
+sshd (tests/sshcluster.py), reached only at the addresses of those namespaces.
+
+Hosts get different trees through sshd's SetEnv NODEAGENT_ROOT (the recorder reads the node's /sys
+and /proc below it, as in a container that mounts the host's at /host), so drift is real drift.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nodeagent.cluster import ssh
+from tests.sshcluster import SSHCluster, ssh_cluster_factory
+
+__all__ = ["ssh_cluster_factory"]  # the fixture, used by name
+
+REPO = Path(__file__).resolve().parent.parent
+VM = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
+NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
+ODD = "h3"  # the host whose tree differs
+
+
+def make_tree(base: Path, name: str) -> Path:
+    """A recorded node's tree for host `name`; the odd one has another kernel and THP mode."""
+    root = base / "trees" / name
+    root.mkdir(parents=True)
+    with tarfile.open(VM) as tf:
+        tf.extractall(root, filter="tar")
+    (root / "proc/sys/kernel/hostname").write_text(f"{name}\n")
+    if name == ODD:
+        (root / "proc/sys/kernel/osrelease").write_text("6.1.0-99-odd\n")
+        (root / "sys/kernel/mm/transparent_hugepage/enabled").write_text("always madvise [never]\n")
+    return root
+
+
+def tree_env(base: Path) -> Any:
+    def env(i: int) -> dict[str, str]:
+        return {"NODEAGENT_ROOT": str(make_tree(base, f"h{i}"))}
+
+    return env
+
+
+def nodeagent(*args: str, home: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if home is not None:
+        env["HOME"] = str(home)
+    return subprocess.run(
+        [NODEAGENT, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+def fleet_json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert proc.stdout, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert isinstance(doc, dict)
+    return doc
+
+
+@pytest.fixture
+def cluster(ssh_cluster_factory: Any, tmp_path: Path) -> SSHCluster:
+    c: SSHCluster = ssh_cluster_factory(4, env=tree_env(tmp_path))
+    return c
+
+
+def test_check_over_the_fleet_reports_every_host_and_the_drift(cluster: SSHCluster, tmp_path: Path) -> None:
+    inv = cluster.write_inventory(tmp_path / "hosts.yml")
+    proc = nodeagent("check", "--cluster", str(inv), "--format", "json")
+    doc = fleet_json(proc)
+    assert set(doc["hosts"]) == {"h1", "h2", "h3", "h4"}
+    for name, host in doc["hosts"].items():
+        assert "error" not in host, host
+        assert host["findings"], name
+        assert {f["host"] for f in host["findings"]} == {name}
+        assert host["checks"]
+    drift = {d["key"]: d for d in doc["drift"]}
+    assert drift["kernel.release"]["hosts"] == {ODD: "6.1.0-99-odd"}, sorted(drift)
+    odd_keys = [k for k, d in drift.items() if set(d["hosts"]) == {ODD}]
+    assert any("transparent_hugepage" in k or "thp" in k.lower() for k in odd_keys), odd_keys
+    assert not [k for k, d in drift.items() if set(d["hosts"]) - {ODD}], "only the odd host drifts"
+    worst = max(
+        (h["status"] for h in doc["hosts"].values()), key=["SKIPPED", "OK", "WARN", "UNKNOWN", "FAIL"].index
+    )
+    assert doc["status"] == worst
+    assert proc.returncode == {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}[worst]
+
+
+def test_the_ansible_inventory_and_the_table(cluster: SSHCluster, tmp_path: Path) -> None:
+    inv = cluster.write_ansible_inventory(tmp_path / "inventory.yml")
+    text = yaml.safe_load(inv.read_text())
+    assert "all" in text
+    # An Ansible inventory carries no known_hosts: pass the cluster's through ~/.ssh/known_hosts.
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(cluster.known_hosts.read_text())
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "hugepages,kernel", home=home)
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    out = proc.stdout
+    for h in ("h1", "h2", "h3", "h4"):
+        assert h in out
+    assert "6.1.0-99-odd" in out  # the drift table shows the odd kernel
+    assert "4 hosts" in out
+
+
+def test_an_unknown_host_key_is_refused_unless_accepted(cluster: SSHCluster, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    inv = cluster.write_inventory(tmp_path / "hosts.yml", known_hosts=str(empty))
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json")
+    doc = fleet_json(proc)
+    assert proc.returncode == 2
+    for host in doc["hosts"].values():
+        assert host["status"] == "FAIL"
+        assert host["error"]["kind"] == ssh.HOST_KEY
+        assert "--accept-new-host-keys" in host["error"]["message"]
+    proc = nodeagent(
+        "check", "--cluster", str(inv), "--only", "kernel", "--format", "json", "--accept-new-host-keys"
+    )
+    doc = fleet_json(proc)
+    assert all("error" not in h for h in doc["hosts"].values()), doc["hosts"]
+    assert len(empty.read_text().splitlines()) == 4  # recorded, as OpenSSH's accept-new does
+    # Now one host presents another key than the recorded one: refused even with accept-new.
+    lines = empty.read_text().splitlines()
+    h1, h2 = cluster.host("h1").address, cluster.host("h2").address
+    key_h2 = next(line.split(" ", 1)[1] for line in lines if line.startswith(h2 + " "))
+    empty.write_text(
+        "\n".join(f"{h1} {key_h2}" if line.startswith(h1 + " ") else line for line in lines) + "\n"
+    )
+    proc = nodeagent(
+        "check", "--cluster", str(inv), "--only", "kernel", "--format", "json", "--accept-new-host-keys"
+    )
+    doc = fleet_json(proc)
+    assert doc["hosts"]["h1"]["error"]["kind"] == ssh.HOST_KEY
+    assert "CHANGED" in doc["hosts"]["h1"]["error"]["message"]
+    assert "error" not in doc["hosts"]["h2"]
+
+
+def test_a_hostname_with_shell_syntax_never_runs(cluster: SSHCluster, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(f"hosts:\n  - h1\n  - 'node1;touch {pwned}'\n")
+    proc = nodeagent("check", "--cluster", str(inv))
+    assert proc.returncode == 64
+    assert len(proc.stderr.strip().splitlines()) == 1 and "hosts.yml:3" in proc.stderr
+    proc = nodeagent("check", "--hosts", f"node1;touch {pwned}")
+    assert proc.returncode == 64 and "Traceback" not in proc.stderr
+    # A value that reaches the remote shell is quoted: the command is looked up whole, not split.
+    good = cluster.write_inventory(tmp_path / "good.yml", nodeagent=f"/nonexistent/nodeagent; touch {pwned}")
+    proc = nodeagent(
+        "check", "--cluster", str(good), "--remote-agent", "--format", "json", "--only", "kernel"
+    )
+    doc = fleet_json(proc)
+    for host in doc["hosts"].values():
+        assert host["error"]["kind"] == ssh.MISSING, host
+    assert not pwned.exists()
+
+
+def test_a_dead_host_and_a_wrong_key_fail_alone(cluster: SSHCluster, tmp_path: Path) -> None:
+    inv = cluster.write_inventory(tmp_path / "hosts.yml", connect_timeout=1)
+    doc = yaml.safe_load(inv.read_text())
+    doc["hosts"].append({"name": "dead", "host": cluster.dead_address()})
+    other_key = tmp_path / "other_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other_key)], check=True)
+    doc["hosts"].append(
+        {"name": "badkey", "host": cluster.host("h2").address, "identity_file": str(other_key)}
+    )
+    inv.write_text(yaml.safe_dump(doc))
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json")
+    out = fleet_json(proc)
+    assert out["hosts"]["dead"]["error"]["kind"] == ssh.UNREACHABLE
+    assert out["hosts"]["badkey"]["error"]["kind"] == ssh.AUTH
+    assert all("error" not in out["hosts"][h] for h in ("h1", "h2", "h3", "h4"))
+    assert out["summary"]["unreachable"] == 2
+    assert proc.returncode == 2  # unreachable counts as FAIL
+
+
+def test_a_host_whose_sshd_stops_mid_run_leaves_the_others_complete(
+    cluster: SSHCluster, tmp_path: Path
+) -> None:
+    """h2's interpreter waits for a file before recording; its sshd is stopped while it waits."""
+    gate = tmp_path / "h2-started"
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\ntouch {gate}\nsleep 30\nexec python3 "$@"\n')
+    slow.chmod(0o755)
+    inv = cluster.write_inventory(tmp_path / "hosts.yml")
+    doc = yaml.safe_load(inv.read_text())
+    for h in doc["hosts"]:
+        if h["name"] == "h2":
+            h["python"] = str(slow)
+    inv.write_text(yaml.safe_dump(doc))
+
+    def stop_when_started() -> None:
+        deadline = time.monotonic() + 60
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cluster.stop("h2")
+
+    stopper = threading.Thread(target=stop_when_started)
+    stopper.start()
+    proc = nodeagent("check", "--cluster", str(inv), "--format", "json")
+    stopper.join()
+    doc = fleet_json(proc)
+    assert doc["hosts"]["h2"]["error"]["kind"] in (ssh.UNREACHABLE, ssh.REMOTE), doc["hosts"]["h2"]
+    for name in ("h1", "h3", "h4"):
+        host = doc["hosts"][name]
+        assert "error" not in host and host["findings"], name
+        assert {c["id"] for c in host["checks"]} >= {"kernel", "hugepages", "numa"}
+    assert proc.returncode == 2
+
+
+def test_remote_agent_and_tune_on_the_fleet(cluster: SSHCluster, tmp_path: Path) -> None:
+    inv = cluster.write_inventory(tmp_path / "hosts.yml", nodeagent=NODEAGENT)
+    proc = nodeagent("check", "--cluster", str(inv), "--remote-agent", "--format", "json")
+    doc = fleet_json(proc)
+    for name, host in doc["hosts"].items():
+        assert "error" not in host, host
+        assert host["findings"] and {f["host"] for f in host["findings"]} == {name}
+    # The agent on each host reads the live machine (NODEAGENT_ROOT is the pull's): no drift.
+    assert doc["drift"] == [] and doc["outliers"] == []
+    proc = nodeagent("tune", "--cluster", str(inv), "--only", "thp", "--format", "json")
+    doc = fleet_json(proc)
+    for host in doc["hosts"].values():
+        assert host["exit_code"] == 0 and host["applied"] is False
+        assert [p["tuner"] for p in host["plans"]] == ["thp"]
+
+
+def test_ssh_config_and_a_hostlist(cluster: SSHCluster, tmp_path: Path) -> None:
+    """`--hosts` names resolved by ~/.ssh/config (HostName, User, IdentityFile, UserKnownHostsFile)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    lines = []
+    for h in cluster.hosts[:2]:
+        lines += [
+            f"Host node{h.name[1:]}",
+            f"  HostName {h.address}",
+            f"  Port {h.port}",
+            f"  User {h.user}",
+            f"  IdentityFile {cluster.key}",
+            f"  UserKnownHostsFile {cluster.known_hosts}",
+        ]
+    (home / ".ssh" / "config").write_text("\n".join(lines) + "\n")
+    proc = nodeagent("check", "--hosts", "node[1-2]", "--only", "kernel", "--format", "json", home=home)
+    doc = fleet_json(proc)
+    assert set(doc["hosts"]) == {"node1", "node2"}
+    assert all("error" not in h for h in doc["hosts"].values()), doc["hosts"]
+
+
+def test_bandwidth_names_the_host_with_the_slow_link(ssh_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster: SSHCluster = ssh_cluster_factory(5)
+    cluster.slow_link("h3", "20mbit")
+    inv = cluster.write_inventory(tmp_path / "hosts.yml")
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--bandwidth", "--format", "json")
+    doc = fleet_json(proc)
+    links = {f"{link['src']} -> {link['dst']}": link for link in doc["bandwidth"]["links"]}
+    assert set(links) == {"h1 -> h2", "h2 -> h3", "h3 -> h4", "h4 -> h5", "h5 -> h1"}
+    assert links["h2 -> h3"]["gbits_per_s"] < 0.05 and links["h3 -> h4"]["gbits_per_s"] < 0.05
+    flagged = [f for f in doc["bandwidth"]["findings"] if f["status"] in ("WARN", "FAIL")]
+    assert flagged and all("h3" in f["subject"] + f["summary"] for f in flagged), flagged
+    assert proc.returncode in (1, 2)
