@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from nodeagent import __version__
+from nodeagent.cluster import DEFAULT_PARALLEL
 from nodeagent.errors import UsageError
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def cluster_options(f: Any) -> Any:
         click.option(
             "--parallel",
             type=click.IntRange(min=1),
-            default=64,
+            default=DEFAULT_PARALLEL,
             show_default=True,
             help="Hosts handled at once.",
         ),

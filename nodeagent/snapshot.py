@@ -25,7 +25,6 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
@@ -46,11 +45,13 @@ _ENV_KEEP = re.compile(
 _SECRET_ARG = re.compile(r"(?i)(pass(word)?|secret|token|api[_-]?key|credential|auth)")
 
 
-@dataclass
 class Recording:
-    files: dict[str, bytes] = field(default_factory=dict)
-    links: dict[str, str] = field(default_factory=dict)
-    dirs: set[str] = field(default_factory=set)
+    """What was recorded: files by path, links by path (their targets as stored), folders."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.links: dict[str, str] = {}
+        self.dirs: set[str] = set()
 
 
 def _filter_environ(data: bytes) -> bytes:

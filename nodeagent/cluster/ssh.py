@@ -11,6 +11,7 @@ tar) and time limits are exact.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -152,10 +153,20 @@ def connection(spec: HostSpec, keys: HostKeys) -> Connection:
     return conn
 
 
-def open_connection(conn: Connection, spec: HostSpec, keys: HostKeys) -> None:
-    """Connect and authenticate, or raise HostError saying what failed and what to do."""
+def open_connection(
+    conn: Connection, spec: HostSpec, keys: HostKeys, cpu: threading.Semaphore | None = None
+) -> None:
+    """Connect and authenticate, or raise HostError saying what failed and what to do.
+
+    `cpu` bounds the handshake (key exchange and authentication: CPU work here) but not the TCP
+    connect before it, so a dead host waits out its connect timeout without holding a slot."""
     try:
-        conn.open()
+        if conn.gateway is None:  # through a jump host, Fabric opens the channel itself
+            conn.connect_kwargs["sock"] = socket.create_connection(
+                (conn.host, conn.port), timeout=spec.connect_timeout
+            )
+        with cpu or contextlib.nullcontext():
+            conn.open()
     except BaseException as e:
         raise classify(e, spec, keys) from None
 

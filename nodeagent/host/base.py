@@ -8,8 +8,7 @@ import shlex
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -20,9 +19,12 @@ COMMANDS_DIR = "commands"
 META_FILE = "nodeagent.json"
 
 
-@dataclass(frozen=True)
-class CmdResult:
-    """A finished command, shaped like Invoke's Result (stdout, stderr, exited, ok)."""
+class CmdResult(NamedTuple):
+    """A finished command, shaped like Invoke's Result (stdout, stderr, exited, ok).
+
+    A NamedTuple, not a dataclass: this module also runs on the nodes of the agentless pull
+    (nodeagent.cluster.pull), where importing dataclasses (and inspect with it) is start-up time
+    paid on every node of the fleet."""
 
     argv: tuple[str, ...]
     stdout: str

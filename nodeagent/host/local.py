@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
@@ -55,6 +56,10 @@ class LocalHost(TreeHost):
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         args = tuple(argv)
+        # A missing tool (nvidia-smi on a CPU node) is answered without forking: the agentless pull
+        # records every declared command on every node of a fleet.
+        if "/" not in args[0] and shutil.which(args[0]) is None:
+            return CmdResult(args, "", f"{args[0]}: command not found", 127)
         # A fixed locale keeps tool output parseable (decimal points, English field names).
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         try:
