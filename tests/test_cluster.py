@@ -267,3 +267,22 @@ def test_bandwidth_names_the_host_with_the_slow_link(ssh_cluster_factory: Any, t
     flagged = [f for f in doc["bandwidth"]["findings"] if f["status"] in ("WARN", "FAIL")]
     assert flagged and all("h3" in f["subject"] + f["summary"] for f in flagged), flagged
     assert proc.returncode in (1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not Path(sys.executable).with_name("nodeagent").exists()
+    or __import__("importlib.util").util.find_spec("tensorflow") is None,
+    reason="needs nodeagent with its tf extra in this environment (pip install 'nodeagent[tf]')",
+)
+def test_bench_on_the_fleet_gathers_each_hosts_benchmark(ssh_cluster_factory: Any, tmp_path: Path) -> None:
+    cluster: SSHCluster = ssh_cluster_factory(1)
+    inv = cluster.write_inventory(tmp_path / "hosts.yml", nodeagent=NODEAGENT, command_timeout=600)
+    args = ("--quick", "--repeats", "1", "--processes", "1", "--format", "json")
+    proc = nodeagent("bench", "--cluster", str(inv), *args, timeout=900)
+    doc = fleet_json(proc)
+    host = doc["hosts"]["h1"]
+    assert "error" not in host, host
+    assert host["exit_code"] == 0 and host["status"] == "OK"
+    assert host["configs"]["naive"]["images_per_s"]["median"] > 0
+    assert proc.returncode == 0
