@@ -18,9 +18,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# TensorFlow (the tf extra: tensorflow-cpu on x86_64) runs the tf.data hook and benchmark tests.
+# TensorFlow (the tf extra: tensorflow-cpu on x86_64) runs the tf.data hook and benchmark tests;
+# the tui extra (Textual, pinned) the TUI's pilot and snapshot tests.
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test,tf]'
+	$(BIN)/pip install --quiet -e '.[test,tf,tui]'
 	touch $@
 
 run: $(VENV)/.installed

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -67,19 +69,44 @@ def cluster_options(f: Any) -> Any:
             help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
         ),
     ]
+
+    @functools.wraps(f)
+    def gathered(
+        *args: Any,
+        cluster: str | None,
+        hostlist: str | None,
+        limit: str | None,
+        parallel: int,
+        accept_new_host_keys: bool,
+        **kwargs: Any,
+    ) -> Any:
+        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys)
+        return f(*args, fleet=fleet, **kwargs)
+
+    wrapped: Any = gathered
     for option in reversed(options):
-        f = option(f)
-    return f
+        wrapped = option(wrapped)
+    return wrapped
 
 
-def _fleet(cluster: str | None, hostlist: str | None, limit: str | None, root: str | None = None) -> Any:
-    """The inventory when --cluster or --hosts was given, else None."""
-    from nodeagent.cluster import command
+@dataclass(frozen=True)
+class Fleet:
+    """The options of cluster_options, as one argument."""
 
-    inv = command.load(cluster, hostlist, limit)
-    if inv is not None and root is not None:
-        raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
-    return inv
+    cluster: str | None
+    hostlist: str | None
+    limit: str | None
+    parallel: int
+    accept_new_host_keys: bool
+
+    def inventory(self, root: str | None = None) -> Any:
+        """The inventory when --cluster or --hosts was given, else None."""
+        from nodeagent.cluster import command
+
+        inv = command.load(self.cluster, self.hostlist, self.limit)
+        if inv is not None and root is not None:
+            raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
+        return inv
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -126,11 +153,7 @@ def check(
     fmt: str,
     timeout: float,
     with_facts: bool,
-    cluster: str | None,
-    hostlist: str | None,
-    limit: str | None,
-    parallel: int,
-    accept_new_host_keys: bool,
+    fleet: Fleet,
     remote_agent: bool,
     bandwidth: bool,
     bandwidth_mode: str,
@@ -140,21 +163,21 @@ def check(
     from nodeagent import checks, engine
 
     selected = checks.select(_ids(only), _ids(skip))
-    inv = _fleet(cluster, hostlist, limit, root)
+    inv = fleet.inventory(root)
     if inv is not None:
         from nodeagent.cluster import command
         from nodeagent.cluster.runner import CheckJob
 
         job = CheckJob(selected, timeout_s=timeout, remote_agent=remote_agent)
-        fleet_report = command.run(inv, job, parallel, accept_new_host_keys, "check")
+        fleet_report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, "check")
         sections = []
         if bandwidth:
             from nodeagent.cluster import bandwidth as bw
             from nodeagent.cluster import ssh
 
-            keys = ssh.HostKeys.default(inv.known_hosts, accept_new_host_keys)
+            keys = ssh.HostKeys.default(inv.known_hosts, fleet.accept_new_host_keys)
             params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
-            measured = bw.measure(inv, keys, params, parallel)
+            measured = bw.measure(inv, keys, params, fleet.parallel)
             fleet_report.extra = measured.to_dict()
             fleet_report.extra_status = measured.status()
             sections.append(measured.render())
@@ -322,11 +345,7 @@ def tune(
     verify: bool,
     quick: bool,
     fmt: str,
-    cluster: str | None,
-    hostlist: str | None,
-    limit: str | None,
-    parallel: int,
-    accept_new_host_keys: bool,
+    fleet: Fleet,
 ) -> None:
     """Plan the changes that fix what the checks find (a dry run unless --apply).
 
@@ -335,7 +354,7 @@ def tune(
     from nodeagent import tuners
     from nodeagent.host import open_host
 
-    inv = _fleet(cluster, hostlist, limit, root)
+    inv = fleet.inventory(root)
     if inv is not None:
         argv = ["tune", "--profile", profile_name]
         argv += [f"--only={only}"] if only else []
@@ -344,7 +363,7 @@ def tune(
         argv += ["--apply"] if do_apply else []
         argv += ["--verify"] if verify else []
         argv += ["--quick"] if quick else []
-        _agent_on_fleet(inv, argv, parallel, accept_new_host_keys, fmt)
+        _agent_on_fleet(inv, argv, fleet, fmt)
 
     if verify:
         if not do_apply:
@@ -477,19 +496,14 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
 
 
 def _agent_on_fleet(
-    inv: Any,
-    argv: list[str],
-    parallel: int,
-    accept_new: bool,
-    fmt: str,
-    statuses: dict[int, str] | None = None,
+    inv: Any, argv: list[str], fleet: Fleet, fmt: str, statuses: dict[int, str] | None = None
 ) -> NoReturn:
     """`nodeagent ARGV --format json` on every host; their documents gathered, side by side."""
     from nodeagent.cluster import command
     from nodeagent.cluster.runner import EXIT_STATUS, AgentJob
 
     job = AgentJob((*argv, "--format", "json"), statuses or EXIT_STATUS)
-    report = command.run(inv, job, parallel, accept_new, argv[0], compare=False)
+    report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, argv[0], compare=False)
     command.emit(report, fmt)
     sys.exit(report.exit_code)
 
@@ -521,11 +535,7 @@ def bench(
     repeats: int | None,
     processes: int | None,
     fmt: str,
-    cluster: str | None,
-    hostlist: str | None,
-    limit: str | None,
-    parallel: int,
-    accept_new_host_keys: bool,
+    fleet: Fleet,
 ) -> None:
     """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
     against the input and compute bounds, with medians, 95% intervals and verdicts.
@@ -534,14 +544,14 @@ def bench(
     Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
     64 bad input or TensorFlow missing.
     """
-    inv = _fleet(cluster, hostlist, limit)
+    inv = fleet.inventory()
     if inv is not None:
         argv = ["bench", "--profile", profile_name]
         argv += ["--quick"] if quick else []
         argv += [f"--repeats={repeats}"] if repeats else []
         argv += [f"--processes={processes}"] if processes else []
         # bench exits 1 when a configuration failed: that host's result is a failure.
-        _agent_on_fleet(inv, argv, parallel, accept_new_host_keys, fmt, {0: "OK", 1: "FAIL"})
+        _agent_on_fleet(inv, argv, fleet, fmt, {0: "OK", 1: "FAIL"})
     _need_tensorflow()
     from nodeagent.bench import run
 
@@ -587,6 +597,34 @@ def exec_(profile_name: str, local_rank: int | None, dry_run: bool, command: tup
     from nodeagent import launcher
 
     sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run))
+
+
+@cli.command()
+@root_option
+@click.option("--cluster", metavar="HOSTS.YML", help="The inventory the Cluster screen checks over SSH.")
+@click.option(
+    "--screen",
+    type=click.Choice(["overview", "checks", "topology", "tune", "bench", "cluster"]),
+    default=None,
+    help="The screen to start on (default: overview, or cluster with --cluster).",
+)
+def tui(root: str | None, cluster: str | None, screen: str | None) -> None:
+    """The interactive TUI: overview, checks, topology, tune, benchmark and cluster screens."""
+    import importlib.util
+
+    if importlib.util.find_spec("textual") is None:
+        raise UsageError("the TUI needs Textual: pip install 'nodeagent[tui]'")
+    if root is not None:
+        _open(root).close()  # a bad --root is a usage error here, not a broken screen
+    if cluster is not None:
+        from nodeagent.cluster import inventory
+
+        inventory.load_inventory(Path(cluster))  # a bad inventory: one line, exit 64, before the app
+    from nodeagent.tui.app import make_app
+    from nodeagent.tui.backend import LocalBackend
+
+    start = screen or ("cluster" if cluster else "overview")
+    make_app(LocalBackend(root=root, inventory_path=cluster), start).run()
 
 
 @cli.command("tuners")

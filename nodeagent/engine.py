@@ -27,6 +27,7 @@ class CheckResult:
     title: str
     findings: list[Finding]
     duration_s: float
+    timed_out: bool = False  # cut at its time limit or at the run's budget
 
     @property
     def status(self) -> Status:
@@ -64,6 +65,7 @@ class Report:
                     "title": r.title,
                     "status": r.status.value,
                     "duration_s": round(r.duration_s, 4),
+                    "timed_out": r.timed_out,
                 }
                 for r in self.results
             ],
@@ -97,17 +99,25 @@ def _stamp(finding: Finding, host_name: str) -> Finding:
     return replace(finding, host=host_name)
 
 
-def _timeout_result(check: Check[Any, Any], host: Host, timeout_s: float) -> CheckResult:
+def _timeout_result(check: Check[Any, Any], host: Host, overdue: pool.Overdue, ran_s: float) -> CheckResult:
+    if overdue.budget:
+        summary = f"{check.title}: cut at the run's budget of {overdue.limit_s:g}s"
+        evidence = {"budget_s": f"{overdue.limit_s:g}", "ran_s": f"{ran_s:.2f}"}
+        remediation = (
+            "The gate's time budget ran out before this check finished (or started): give a larger "
+            "--budget, or leave the check out of the playbook if it is slow on this node."
+        )
+    else:
+        summary = f"{check.title}: did not finish within {overdue.limit_s:g}s"
+        evidence = {"timeout_s": f"{overdue.limit_s:g}"}
+        remediation = (
+            "A read or command hung (an unresponsive driver, mount or tool?); "
+            "look at the paths and commands this check uses."
+        )
     finding = Finding(
-        check.id,
-        Status.UNKNOWN,
-        f"{check.title}: did not finish within {timeout_s:g}s",
-        evidence={"timeout_s": f"{timeout_s:g}"},
-        remediation="A read or command hung (an unresponsive driver, mount or tool?); "
-        "look at the paths and commands this check uses.",
-        host=host.name,
+        check.id, Status.UNKNOWN, summary, evidence=evidence, remediation=remediation, host=host.name
     )
-    return CheckResult(check.id, check.title, [finding], timeout_s)
+    return CheckResult(check.id, check.title, [finding], ran_s, timed_out=True)
 
 
 def run(
@@ -116,6 +126,7 @@ def run(
     params: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     workers: int = DEFAULT_WORKERS,
+    budget_s: float | None = None,
 ) -> Iterator[CheckResult]:
     """Run `checks` on `host`, yielding each result as it completes.
 
@@ -131,10 +142,10 @@ def run(
     def one(check: Check[Any, Any]) -> tuple[list[Finding], float]:
         return _run_one(check, host, resolved[check.id])
 
-    for done in pool.bounded(checks, one, workers, lambda _: timeout_s, "nodeagent-check"):
+    for done in pool.bounded(checks, one, workers, lambda _: timeout_s, "nodeagent-check", budget_s):
         check = done.item
         if isinstance(done.outcome, pool.Overdue):
-            yield _timeout_result(check, host, timeout_s)
+            yield _timeout_result(check, host, done.outcome, done.duration_s)
         else:
             findings, duration = done.outcome
             yield CheckResult(check.id, check.title, findings, duration)
@@ -146,11 +157,12 @@ def run_report(
     params: Mapping[str, Any] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     workers: int = DEFAULT_WORKERS,
+    budget_s: float | None = None,
 ) -> Report:
     """All results of `run`, in the order the checks were given."""
     report = Report(host.name)
     start = time.perf_counter()
-    by_id = {r.check_id: r for r in run(host, checks, params, timeout_s, workers)}
+    by_id = {r.check_id: r for r in run(host, checks, params, timeout_s, workers, budget_s)}
     report.results = [by_id[c.id] for c in checks if c.id in by_id]
     report.duration_s = time.perf_counter() - start
     return report

@@ -26,9 +26,11 @@ _POLL_S = 0.05  # how often overdue jobs are looked for while none finishes
 
 @dataclass(frozen=True)
 class Overdue:
-    """A job that did not finish within `limit_s` seconds of starting, and was abandoned."""
+    """A job that did not finish within `limit_s` seconds of starting, and was abandoned; or, with
+    `budget`, one the whole run's deadline cut (running or not started yet)."""
 
     limit_s: float
+    budget: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,16 @@ def bounded(
     workers: int,
     limit_s: Callable[[T], float],
     thread_name: str = "nodeagent-pool",
+    budget_s: float | None = None,
 ) -> Iterator[Done[T, R]]:
     """Run `fn` on every item, at most `workers` at once, yielding each as it finishes.
 
     `fn` must not raise (turn errors into its result: the pool cannot know what they mean).
-    An item still running `limit_s(item)` seconds after it started yields `Overdue`.
+    An item still running `limit_s(item)` seconds after it started yields `Overdue`. With
+    `budget_s`, every item not done that long after the call yields `Overdue(budget_s, budget=True)`
+    at that moment, and no item starts after it: a pre-flight gate never waits past its budget.
     """
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     jobs: queue.SimpleQueue[int] = queue.SimpleQueue()
     done: queue.SimpleQueue[tuple[int, R, float]] = queue.SimpleQueue()
     started: dict[int, float] = {}
@@ -63,7 +69,7 @@ def bounded(
 
     def worker() -> None:
         go.wait()
-        while True:
+        while deadline is None or time.monotonic() < deadline:
             try:
                 i = jobs.get_nowait()
             except queue.Empty:
@@ -82,8 +88,16 @@ def bounded(
     go.set()
     remaining = set(range(len(items)))
     while remaining:
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            for i in sorted(remaining):
+                with lock:
+                    t0 = started.get(i)
+                yield Done(items[i], Overdue(budget_s or 0.0, budget=True), 0.0 if t0 is None else now - t0)
+            return
+        wait = _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - now))
         try:
-            i, result, duration = done.get(timeout=_POLL_S)
+            i, result, duration = done.get(timeout=wait)
         except queue.Empty:
             now = time.monotonic()
             with lock:

@@ -147,3 +147,18 @@ def one_finding(findings: list[Finding], subject: str) -> Finding:
     found = findings_about(findings, subject)
     assert len(found) == 1, [(f.subject, f.status, f.summary) for f in findings]
     return found[0]
+
+
+def modules_loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` a fresh interpreter has imported after running `code`."""
+    import json
+    import subprocess
+    import sys
+
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {modules!r} if m in sys.modules]))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from nodeagent.cluster import bandwidth, ssh
-from nodeagent.cluster.bandwidth import Link, Params, evaluate, plan_links, schedule
+from nodeagent.cluster import bandwidth, bandwidth_tools, ssh
+from nodeagent.cluster.bandwidth import Link, Params, evaluate, plan_links
+from nodeagent.cluster.bandwidth_plan import schedule
 from nodeagent.cluster.inventory import HostSpec, load_inventory
 from nodeagent.errors import UsageError
 from nodeagent.finding import Finding, Status
@@ -280,7 +281,7 @@ def test_render_reads_at_80_columns_without_colour() -> None:
 
 def test_iperf3_json_and_its_error_field() -> None:
     end = {"sum_sent": {"bits_per_second": 9.5e9}, "sum_received": {"bits_per_second": 9.41e9}}
-    value, error = bandwidth.parse_iperf3(json.dumps({"start": {}, "intervals": [], "end": end}))
+    value, error = bandwidth_tools.parse_iperf3(json.dumps({"start": {}, "intervals": [], "end": end}))
     assert value == pytest.approx(9.41) and error is None
     refused = {
         "start": {},
@@ -288,11 +289,11 @@ def test_iperf3_json_and_its_error_field() -> None:
         "end": {},
         "error": "unable to connect to server: Connection refused",
     }
-    assert bandwidth.parse_iperf3(json.dumps(refused)) == (
+    assert bandwidth_tools.parse_iperf3(json.dumps(refused)) == (
         None,
         "iperf3: unable to connect to server: Connection refused",
     )
-    value, error = bandwidth.parse_iperf3("iperf3: error - unable to send control message\n")
+    value, error = bandwidth_tools.parse_iperf3("iperf3: error - unable to send control message\n")
     assert value is None and error is not None and "no JSON" in error
 
 
@@ -310,11 +311,11 @@ Conflicting CPU frequency values detected: 1500.000000 != 3300.016000. CPU Frequ
 
 
 def test_ib_write_bw_average_column() -> None:
-    assert bandwidth.parse_ib_write_bw(IB_WRITE_BW_OUTPUT) == (98.02, None)
+    assert bandwidth_tools.parse_ib_write_bw(IB_WRITE_BW_OUTPUT) == (98.02, None)
     megabytes = IB_WRITE_BW_OUTPUT.replace("[Gb/sec]", "[MB/sec]")
-    value, error = bandwidth.parse_ib_write_bw(megabytes)
+    value, error = bandwidth_tools.parse_ib_write_bw(megabytes)
     assert value is None and error is not None and "Gb/sec" in error
-    value, error = bandwidth.parse_ib_write_bw(" Couldn't connect to 10.0.0.2:18515\n")
+    value, error = bandwidth_tools.parse_ib_write_bw(" Couldn't connect to 10.0.0.2:18515\n")
     assert value is None and error is not None
 
 
@@ -324,14 +325,14 @@ def test_ping_rtt_average_and_loss() -> None:
         "5 packets transmitted, 5 received, 0% packet loss, time 813ms\n"
         "rtt min/avg/max/mdev = 0.031/0.046/0.061/0.011 ms\n"
     )
-    assert bandwidth.parse_ping(iputils) == (0.046, None)
+    assert bandwidth_tools.parse_ping(iputils) == (0.046, None)
     busybox = (
         "--- 10.0.0.2 ping statistics ---\n5 packets transmitted, 3 packets received, 40% packet loss\n"
         "round-trip min/avg/max = 0.1/0.2/0.3 ms\n"
     )
-    assert bandwidth.parse_ping(busybox) == (0.2, "ping lost 2 of 5 packets")
+    assert bandwidth_tools.parse_ping(busybox) == (0.2, "ping lost 2 of 5 packets")
     silent = "--- 10.0.0.9 ping statistics ---\n5 packets transmitted, 0 received, 100% packet loss\n"
-    assert bandwidth.parse_ping(silent) == (None, "ping lost 5 of 5 packets")
+    assert bandwidth_tools.parse_ping(silent) == (None, "ping lost 5 of 5 packets")
 
 
 def test_the_data_address_is_preferred_and_checked() -> None:

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeagent.cluster.hostnames import is_host
 from nodeagent.cluster.inventory import (
     HostSpec,
     Inventory,
-    _is_host,
     expand_hostlist,
     from_hostlist,
     load_inventory,
@@ -334,7 +334,7 @@ def test_expand_hostlist_property_count_and_valid_names(case: tuple[str, int, in
     expr, count, prefix_length = case
     names = expand_hostlist(expr)
     assert len(names) == count
-    assert all(_is_host(name) for name in names), names
+    assert all(is_host(name) for name in names), names
     assert all(name[:prefix_length] == expr[:prefix_length] for name in names)
 
 
@@ -342,7 +342,7 @@ def test_expand_hostlist_property_count_and_valid_names(case: tuple[str, int, in
     "name", ["node01", "a-b.example.com", "10.0.0.1", "::1", "fe80::1%eth0", "N01", "x" * 63]
 )
 def test_valid_host_names_and_addresses(name: str) -> None:
-    assert _is_host(name)
+    assert is_host(name)
 
 
 @pytest.mark.parametrize(
@@ -365,7 +365,7 @@ def test_valid_host_names_and_addresses(name: str) -> None:
     ],
 )
 def test_invalid_host_names_are_refused(name: str) -> None:
-    assert not _is_host(name)
+    assert not is_host(name)
 
 
 # --- validation: each error is one line naming file:line and the field ------------------------------

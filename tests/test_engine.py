@@ -102,3 +102,32 @@ def test_params_validation() -> None:
         c.make_params({"limt": 7})
     with pytest.raises(UsageError, match="wants int"):
         c.make_params({"limit": "many"})
+
+
+def test_the_budget_cuts_running_and_waiting_checks_and_names_them() -> None:
+    """One worker, a check that hangs: at the budget it is cut, and the checks still queued
+    behind it are reported as cut too (never started), so a gate always answers."""
+    release = threading.Event()
+
+    def hang(host: Host) -> object:
+        release.wait(60)
+        return None
+
+    checks = [
+        _check("quick", lambda h: 1),
+        _check("hang", hang),
+        _check("after1", lambda h: 1),
+        _check("after2", lambda h: 1),
+    ]
+    try:
+        report = engine.run_report(LocalHost(), checks, timeout_s=60, workers=1, budget_s=0.5)
+    finally:
+        release.set()
+    by_id = {r.check_id: r for r in report.results}
+    assert by_id["quick"].status is Status.OK and not by_id["quick"].timed_out
+    for cid in ("hang", "after1", "after2"):
+        r = by_id[cid]
+        assert r.timed_out and r.status is Status.UNKNOWN
+        assert "cut at the run's budget of 0.5s" in r.findings[0].summary
+    assert report.duration_s < 30  # answered at the budget, not after the hung check's 60 s
+    assert [c["timed_out"] for c in report.to_dict()["checks"]] == [False, True, True, True]

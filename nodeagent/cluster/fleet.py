@@ -104,6 +104,8 @@ def _key_excluded(key: str) -> bool:
     """Whether a key is left out. Remembered: the hosts of a fleet share nearly all their keys, and
     the alternation above costs more than the rest of flattening."""
     return _EXCLUDED_KEY.search(key) is not None
+
+
 HOST_PLACEHOLDER = "<host>"
 
 # A list of dicts is keyed by the first of these fields its entries have ("nics[eth0]"); when that
@@ -225,11 +227,14 @@ def _labels(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, set[str]]]:
 
 
 def _add_findings(findings: Sequence[Mapping[str, Any]], out: dict[str, Value]) -> None:
-    # Worst last, so that it is the status and evidence kept when a check and subject repeat.
-    for f in sorted(findings, key=lambda f: (_rank(f.get("status")), str(f.get("summary", "")))):
+    # Worst last, so that it is the status and evidence kept when a check and subject repeat. A
+    # report from a node (--remote-agent, report merge) is data: entries that are not findings
+    # are left out rather than trusted.
+    usable = [f for f in findings if isinstance(f, Mapping)]
+    for f in sorted(usable, key=lambda f: (_rank(f.get("status")), str(f.get("summary", "")))):
         base = f"check.{f.get('check_id') or '?'}.{f.get('subject') or '-'}"
-        evidence = f.get("evidence") or {}
-        for where, value in evidence.items():
+        evidence = f.get("evidence")
+        for where, value in evidence.items() if isinstance(evidence, Mapping) else ():
             out[f"{base}.{where}"] = _evidence_value(value)
         out[f"{base}.status"] = _text(f.get("status"))
 

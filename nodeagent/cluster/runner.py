@@ -30,8 +30,10 @@ from nodeagent.cluster.ssh import HostError
 if TYPE_CHECKING:
     from fabric import Connection
 
+    from nodeagent.baseline import Baseline
     from nodeagent.check import Check
     from nodeagent.cluster.inventory import HostSpec, Inventory
+    from nodeagent.playbook import Playbook
 
 # Beyond connect + command time: the snapshot's evaluation here, and paramiko's own teardown.
 _SLACK_S = 5.0
@@ -104,6 +106,8 @@ class CheckJob:
     params: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 20.0
     remote_agent: bool = False
+    playbook: Playbook | None = None  # its thresholds judge each host's values here
+    baseline: Baseline | None = None
 
     def declared(self) -> tuple[list[str], list[tuple[str, ...]]]:
         from nodeagent.check import declared_commands, declared_paths
@@ -158,7 +162,14 @@ class CheckJob:
         # hosts already run side by side (more threads would only contend for the GIL).
         with _CPU_BOUND:
             report = engine.run_report(host, self.checks, self.params, timeout_s=self.timeout_s, workers=1)
-            return HostOutcome(spec.name, spec.address, report.to_dict(), node.collect(host))
+            facts = node.collect(host)
+            if self.playbook is not None or self.baseline is not None:
+                from nodeagent import gate
+                from nodeagent.cluster import fleet
+
+                values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
+                report.results += gate.extra_results(values, self.playbook, self.baseline, spec.name)
+            return HostOutcome(spec.name, spec.address, report.to_dict(), facts)
 
 
 # `nodeagent check` and `tune` exit with the worst status's code (nodeagent.finding.Status).

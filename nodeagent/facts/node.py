@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from nodeagent.facts import gpus, memory, network, pci, system, topology
+from nodeagent.facts import gpus, memory, network, pci, pci_topology, system, topology
 from nodeagent.host import Host
 
 PATHS = (*topology.PATHS, *pci.PATHS, *network.PATHS, *memory.PATHS, *system.PATHS, *gpus.PATHS)
@@ -41,6 +41,7 @@ def collect(host: Host) -> dict[str, Any]:
         "nvidia_smi_topo": None
         if matrix is None
         else {"devices": matrix.devices, "links": matrix.links, "numa_affinity": matrix.numa_affinity},
+        "pci_topology": _pci_topology(host),
         "nics": [asdict(n) for n in network.collect_nics(host)],
         "rdma": [asdict(p) for p in network.collect_rdma(host)],
         "hugepages": {
@@ -53,4 +54,16 @@ def collect(host: Host) -> dict[str, Any]:
         "dmi": sysinfo.dmi,
         "problems": sorted({*t.problems, *mem.problems}),
         "notes": [] if matrix is not None else [f"nvidia-smi topo -m: {matrix_missing}"],
+    }
+
+
+def _pci_topology(host: Host) -> dict[str, Any]:
+    """The GPU/NIC matrix the topology check derives from the PCI tree in sysfs, in the terms of
+    `nvidia-smi topo -m` (so it is there on nodes without the driver, and compared across a fleet)."""
+    pt = pci_topology.collect(host)
+    return {
+        "gpus": [asdict(e) for e in pt.gpus],
+        "nics": [asdict(e) for e in pt.nics],
+        "links": pt.links,
+        "unplaced": pt.unplaced,
     }

@@ -1,0 +1,7 @@
+"""`nodeagent tui`: the Textual face of the same engine (checks, tuners, benchmark, fleet).
+
+app.py builds the app (make_app), screens/ holds one module per screen, widgets/ the shared
+pieces, backend.py the one interface to the engine, messages.py the messages workers post, and
+nodeagent.tcss all the styling. Importing this package imports Textual, never TensorFlow, NVML or
+paramiko: those load when a screen first needs them.
+"""

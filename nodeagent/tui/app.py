@@ -1,0 +1,118 @@
+"""The Textual app: one mode per screen (keys 1-6), the check results every screen shares, and the
+worker that runs the checks. Built by `make_app(backend)`, so the CLI, the tests and the snapshot
+tests build the same app."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import work
+from textual.app import App, ScreenStackError
+from textual.binding import Binding, BindingType
+
+from nodeagent.tui import messages
+
+if TYPE_CHECKING:
+    from nodeagent.engine import CheckResult
+    from nodeagent.tui.backend import Backend
+
+SCREENS = ("overview", "checks", "topology", "tune", "bench", "cluster")
+
+
+def _mode(name: str) -> Any:
+    """The screen class of a mode, imported when the mode is first shown (fast first paint)."""
+
+    def build() -> Any:
+        from nodeagent.tui import screens
+
+        return screens.SCREEN_CLASSES[name]()
+
+    return build
+
+
+class NodeAgentApp(App[None]):
+    CSS_PATH = "nodeagent.tcss"
+    TITLE = "nodeagent"
+    MODES: ClassVar[dict[str, Any]] = {name: _mode(name) for name in SCREENS}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Short labels: a screen's own keys and these must fit an 80-column footer.
+        Binding("1", "switch_mode('overview')", "Node", tooltip="Overview: the node at a glance"),
+        Binding("2", "switch_mode('checks')", "Checks"),
+        Binding("3", "switch_mode('topology')", "Topo", tooltip="The GPU/NIC/NUMA topology"),
+        Binding("4", "switch_mode('tune')", "Tune"),
+        Binding("5", "switch_mode('bench')", "Bench"),
+        Binding("6", "switch_mode('cluster')", "Fleet", tooltip="The cluster's hosts"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(self, backend: Backend, start: str = "overview") -> None:
+        super().__init__()
+        self.backend = backend
+        self.start_mode = start if start in SCREENS else "overview"
+        # Shared by every screen: the latest result of each check, and which are running.
+        self.results: dict[str, CheckResult] = {}
+        self.running: set[str] = set()
+
+    def on_mount(self) -> None:
+        self.sub_title = "loading..."
+        self.switch_mode(self.start_mode)
+        self.load_title()
+        self.run_checks()
+
+    @work(thread=True, group="title")
+    def load_title(self) -> None:
+        try:
+            name = self.backend.name
+        except Exception as e:  # a broken root must not take the app down: say it
+            self.post_message(messages.Failed("opening the node", str(e)))
+            name = "?"
+        self.call_from_thread(setattr, self, "sub_title", name)
+
+    @work(thread=True, group="checks", exclusive=True)
+    def run_checks(self, only: list[str] | None = None) -> None:
+        """Run the checks (all, or `only`), posting each finding as its check finishes."""
+        try:
+            ids = list(only) if only else [c.id for c in self.backend.checks()]
+            self.post_message(messages.ChecksStarted(ids))
+            for result in self.backend.run_checks(ids if only else ()):
+                for finding in result.findings:
+                    self.post_message(messages.FindingArrived(finding))
+                self.post_message(messages.CheckFinished(result))
+            self.post_message(messages.ChecksDone(ids))
+        except Exception as e:  # the engine isolates checks; this is the backend itself failing
+            self.post_message(messages.Failed("running the checks", str(e)))
+
+    def on_checks_started(self, message: messages.ChecksStarted) -> None:
+        self.running |= set(message.check_ids)
+        self._forward(message)
+
+    def on_check_finished(self, message: messages.CheckFinished) -> None:
+        self.results[message.result.check_id] = message.result
+        self.running.discard(message.result.check_id)
+        self._forward(message)
+
+    def on_finding_arrived(self, message: messages.FindingArrived) -> None:
+        self._forward(message)
+
+    def on_checks_done(self, message: messages.ChecksDone) -> None:
+        self.running -= set(message.check_ids)
+        self._forward(message)
+
+    def on_failed(self, message: messages.Failed) -> None:
+        self.notify(
+            f"{message.what}: {message.error}", title="error", severity="error", timeout=10, markup=False
+        )
+
+    def _forward(self, message: Any) -> None:
+        """Screens render from `results`; the one on show is told at once (others refresh when shown)."""
+        try:
+            screen = self.screen
+        except ScreenStackError:  # a check finished while the app was closing: nobody to tell
+            return
+        handler = getattr(screen, "results_changed", None)
+        if handler is not None:
+            handler(message)
+
+
+def make_app(backend: Backend, start: str = "overview") -> NodeAgentApp:
+    return NodeAgentApp(backend, start)

@@ -1,0 +1,173 @@
+"""What the TUI drives: the same engine, tuners, benchmark and fleet runner as the CLI, behind one
+small interface. Screens hold no engine logic; they call a Backend from workers and render what it
+returns. Tests drive the app with a fake Backend (slow, failing, UNKNOWN findings) and with this
+one on recorded snapshots.
+
+Every method may block (reads, SSH, the benchmark): call them from worker threads, never from the
+event loop. None of them imports TensorFlow, pynvml or paramiko until it is called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from nodeagent.apply import ApplyResult
+    from nodeagent.bench.run import BenchResult, Progress
+    from nodeagent.check import Check
+    from nodeagent.cluster.inventory import Inventory
+    from nodeagent.cluster.report import FleetReport
+    from nodeagent.cluster.runner import HostOutcome
+    from nodeagent.engine import CheckResult
+    from nodeagent.finding import Finding
+    from nodeagent.journal import Journal
+    from nodeagent.tune import Plan
+
+
+class Backend(Protocol):
+    """The operations of the TUI's screens."""
+
+    @property
+    def name(self) -> str:
+        """The node (or snapshot) shown in the title."""
+
+    @property
+    def tune_read_only(self) -> str | None:
+        """Why tuning can only be planned here (a snapshot, not root), or None when it can apply."""
+
+    @property
+    def cluster_source(self) -> str | None:
+        """The inventory the cluster screen runs on, or None."""
+
+    def facts(self) -> dict[str, Any]: ...
+
+    def checks(self) -> Sequence[Check[Any, Any]]: ...
+
+    def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]: ...
+
+    def plans(self) -> list[Plan]: ...
+
+    def apply(self, plans: list[Plan]) -> ApplyResult: ...
+
+    def journals(self) -> list[Journal]: ...
+
+    def revert(self, journal_id: str) -> list[Finding]: ...
+
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult: ...
+
+    def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport: ...
+
+
+@dataclass
+class LocalBackend:
+    """This machine (root None), a recorded snapshot (`root`), and optionally a fleet."""
+
+    root: str | None = None
+    inventory_path: str | None = None
+    profile: str = "default"
+    timeout_s: float = 20.0
+
+    def _host(self) -> Any:
+        from nodeagent.host import open_host
+
+        return open_host(self.root)
+
+    @property
+    def name(self) -> str:
+        with self._host() as host:
+            return str(host.name)
+
+    @property
+    def tune_read_only(self) -> str | None:
+        if self.root not in (None, "/"):
+            return f"a recorded snapshot ({self.root}) is read-only: the plan is shown, nothing applies"
+        if os.geteuid() != 0:
+            return "runtime changes need root: the plan is shown; run `sudo nodeagent tui` to apply"
+        return None
+
+    @property
+    def cluster_source(self) -> str | None:
+        return self.inventory_path
+
+    def facts(self) -> dict[str, Any]:
+        from nodeagent.facts import node
+
+        with self._host() as host:
+            return node.collect(host)
+
+    def checks(self) -> Sequence[Check[Any, Any]]:
+        from nodeagent import checks
+
+        return checks.all_checks()
+
+    def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
+        from nodeagent import checks, engine
+
+        selected = checks.select(list(only))
+        with self._host() as host:
+            yield from engine.run(host, selected, timeout_s=self.timeout_s)
+
+    def plans(self) -> list[Plan]:
+        from nodeagent import tuners
+
+        with self._host() as host:
+            return [t.run_plan(host, t.make_params()) for t in tuners.select([], [])]
+
+    def apply(self, plans: list[Plan]) -> ApplyResult:
+        from nodeagent import apply, tuners
+
+        if self.tune_read_only:
+            from nodeagent.errors import UsageError
+
+            raise UsageError(self.tune_read_only)
+        wanted = {p.tuner for p in plans}
+        verifiers = {t.id: t.verify for t in tuners.select([], []) if t.id in wanted and t.verify}
+        with self._host() as host:
+            return apply.apply(host, plans, self.profile, verifiers=verifiers)
+
+    def journals(self) -> list[Journal]:
+        from nodeagent import journal
+
+        return journal.all_journals()
+
+    def revert(self, journal_id: str) -> list[Finding]:
+        from nodeagent import apply, journal
+
+        return apply.revert(journal.find(journal_id))
+
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
+        import importlib.util
+
+        from nodeagent.bench import run
+
+        if importlib.util.find_spec("tensorflow") is None:
+            from nodeagent.errors import UsageError
+
+            raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
+        return run.run_bench(quick, self.profile, on_progress=on_progress)
+
+    def inventory(self) -> Inventory:
+        from nodeagent.cluster import inventory
+        from nodeagent.errors import UsageError
+
+        if self.inventory_path is None:
+            raise UsageError("no inventory: start with `nodeagent tui --cluster hosts.yml`")
+        from pathlib import Path
+
+        return inventory.load_inventory(Path(self.inventory_path))
+
+    def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
+        import time
+
+        from nodeagent import checks
+        from nodeagent.cluster import DEFAULT_PARALLEL
+        from nodeagent.cluster.report import FleetReport
+        from nodeagent.cluster.runner import CheckJob, run_fleet
+
+        inv = self.inventory()
+        start = time.monotonic()
+        outcomes = run_fleet(inv, CheckJob(checks.all_checks()), DEFAULT_PARALLEL, on_done=on_done)
+        return FleetReport.build(outcomes, time.monotonic() - start)

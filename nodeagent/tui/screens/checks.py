@@ -1,0 +1,157 @@
+"""Checks: findings streaming in as checks finish, filtered by status or area, and the selected
+finding's evidence, expected value, remediation and the tuner that fixes it; re-run one or all."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from nodeagent.finding import Status
+from nodeagent.render.table import ORDER
+from nodeagent.tui.screens.areas import AREAS, area_of
+from nodeagent.tui.widgets.status import status_text
+
+if TYPE_CHECKING:
+    from nodeagent.finding import Finding
+
+# Status filters, in the order "f" cycles through them.
+FILTERS: dict[str, tuple[Status, ...]] = {
+    "all": tuple(ORDER),
+    "needs attention": (Status.FAIL, Status.UNKNOWN, Status.WARN),
+    "FAIL": (Status.FAIL,),
+    "UNKNOWN": (Status.UNKNOWN,),
+    "WARN": (Status.WARN,),
+    "OK": (Status.OK,),
+    "SKIPPED": (Status.SKIPPED,),
+}
+ALL_AREAS = "all areas"
+
+
+def details(f: Finding) -> Table:
+    t = Table(show_header=False, box=None, expand=True, padding=(0, 1))
+    t.add_column("what", style="bold", no_wrap=True)
+    t.add_column("value", ratio=1, overflow="fold")
+    t.add_row("status", status_text(f.status))
+    t.add_row("check", f"{f.check_id} ({f.subject})" if f.subject else f.check_id)
+    t.add_row("finding", f.summary)
+    for where, value in f.evidence.items():
+        t.add_row("seen", Text(f"{where}: {value}"))
+    if f.expected:
+        t.add_row("expected", f.expected)
+    if f.remediation:
+        t.add_row("to do", f.remediation)
+    if f.fix:
+        t.add_row("fixed by", Text(f"tuner {f.fix} (screen 4, Tune)"))
+    return t
+
+
+class ChecksScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f", "cycle_filter", "Status", tooltip="Filter by status"),
+        Binding("a", "cycle_area", "Area", tooltip="Filter by area"),
+        Binding("r", "rerun_one", "Rerun", tooltip="Re-run the selected finding's check"),
+        Binding("R", "rerun_all", "All", tooltip="Re-run every check"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.filter = "all"
+        self.area = ALL_AREAS
+        self.rows: dict[str, Finding] = {}  # row key -> finding
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="checks-state")
+        table: DataTable[Any] = DataTable(id="findings", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static(Text("select a finding to see its evidence", style="dim"), id="detail")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#findings", DataTable)
+        table.add_column("status", key="status", width=9)
+        table.add_column("check", key="check", width=10)
+        table.add_column("subject", key="subject", width=16)
+        table.add_column("finding", key="finding")
+        self.rebuild()
+
+    def on_screen_resume(self) -> None:
+        self.rebuild()
+
+    def results_changed(self, message: Any) -> None:
+        self.rebuild()
+
+    def _visible(self, f: Finding) -> bool:
+        in_area = self.area == ALL_AREAS or area_of(f.check_id) == self.area
+        return in_area and f.status in FILTERS[self.filter]
+
+    def rebuild(self) -> None:
+        """Rows from the app's results, worst first; the cursor stays on the finding it was on."""
+        app: Any = self.app
+        table = self.query_one("#findings", DataTable)
+        current = self._selected()
+        table.clear()
+        self.rows = {}
+        findings = [f for r in app.results.values() for f in r.findings]
+        findings.sort(key=lambda f: (ORDER.index(f.status), f.check_id, f.subject))
+        for i, f in enumerate(x for x in findings if self._visible(x)):
+            key = f"{i}:{f.check_id}:{f.subject}"
+            self.rows[key] = f
+            table.add_row(status_text(f.status), f.check_id, f.subject, f.summary, key=key)
+            if current is not None and (f.check_id, f.subject, f.summary) == current:
+                table.move_cursor(row=i)
+        running = sorted(app.running)
+        state = Text(f"filter: {self.filter}, {self.area}; {len(self.rows)} of {len(findings)} findings")
+        if running:
+            state.append(f"; running: {', '.join(running)}", style="dim")
+        self.query_one("#checks-state", Static).update(state)
+        self._show_detail()
+
+    def _cursor_finding(self) -> Finding | None:
+        table = self.query_one("#findings", DataTable)
+        if not table.row_count:
+            return None
+        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        return self.rows.get(str(key))
+
+    def _selected(self) -> tuple[str, str, str] | None:
+        f = self._cursor_finding()
+        return None if f is None else (f.check_id, f.subject, f.summary)
+
+    def _show_detail(self) -> None:
+        """The detail pane follows the cursor: after a move, and after rows change under it."""
+        f = self._cursor_finding()
+        detail = self.query_one("#detail", Static)
+        if f is not None:
+            detail.update(details(f))
+        elif not self.rows:
+            detail.update(Text("no finding matches the filter", style="dim"))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_detail()
+
+    def action_cycle_filter(self) -> None:
+        names = list(FILTERS)
+        self.filter = names[(names.index(self.filter) + 1) % len(names)]
+        self.rebuild()
+
+    def action_cycle_area(self) -> None:
+        names = [ALL_AREAS, *AREAS]
+        self.area = names[(names.index(self.area) + 1) % len(names)]
+        self.rebuild()
+
+    def action_rerun_one(self) -> None:
+        selected = self._selected()
+        if selected is None:
+            self.app.notify("no finding selected", severity="warning")
+            return
+        self.app.run_checks([selected[0]])  # type: ignore[attr-defined]
+
+    def action_rerun_all(self) -> None:
+        self.app.run_checks()  # type: ignore[attr-defined]

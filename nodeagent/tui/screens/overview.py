@@ -1,0 +1,119 @@
+"""Overview: the node at a glance (CPU, sockets, NUMA nodes and memory, GPUs, NICs and RDMA ports,
+kernel, BIOS) and the worst status of each area as the checks finish."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+
+from nodeagent.parse import format_cpulist
+from nodeagent.tui import messages
+from nodeagent.tui.screens.areas import AREAS, area_status
+from nodeagent.tui.widgets.status import status_text
+
+
+def node_table(facts: dict[str, Any]) -> Table:
+    t = facts["topology"]
+    table = Table(show_header=False, box=None, expand=True, padding=(0, 1))
+    table.add_column("what", style="bold", no_wrap=True)
+    table.add_column("value", ratio=1, overflow="fold")
+    table.add_row("CPU", str(t.get("cpu_model") or "?"))
+    table.add_row(
+        "layout",
+        f"{t['packages']} socket(s), {t['cores']} cores, {len(t['cpus_online'])} CPUs "
+        f"({t['threads_per_core']} thread(s)/core)",
+    )
+    for n in t["numa_nodes"]:
+        table.add_row(f"NUMA {n['id']}", f"CPUs {format_cpulist(n['cpus'])}, {n['memory_mib']} MiB")
+    gpus = facts.get("gpus") or []
+    table.add_row(
+        "GPUs",
+        ", ".join(
+            f"GPU{g.get('index') if g.get('index') is not None else '?'} {g.get('pci_address') or ''} "
+            f"(NUMA {g.get('numa_node')})"
+            for g in gpus
+        )
+        or "none",
+    )
+    # Loopback and virtual interfaces without a device say nothing about the node's network.
+    nics = [n for n in facts.get("nics") or [] if n.get("pci_address") or n.get("name") not in ("lo",)]
+    table.add_row(
+        "NICs",
+        ", ".join(f"{n.get('name')} {n.get('speed_mbps') or '?'} Mb/s" for n in nics) or "none",
+    )
+    rdma = facts.get("rdma") or []
+    table.add_row(
+        "RDMA",
+        ", ".join(f"{p.get('device')}/{p.get('port')} {p.get('state') or '?'}" for p in rdma) or "none",
+    )
+    kernel = facts.get("kernel") or {}
+    table.add_row("kernel", str(kernel.get("release") or "?"))
+    dmi = facts.get("dmi") or {}
+    bios = " ".join(str(dmi.get(k) or "") for k in ("bios_vendor", "bios_version", "bios_date")).strip()
+    table.add_row("BIOS", bios or "?")
+    return table
+
+
+class OverviewScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "reload", "Reload"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("reading the node...", style="dim"), id="node")
+        yield Static(id="areas")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.load_facts()
+        self.render_areas()
+
+    def on_screen_resume(self) -> None:
+        self.render_areas()
+
+    def action_reload(self) -> None:
+        self.load_facts()
+        self.app.run_checks()  # type: ignore[attr-defined]
+
+    @work(thread=True, exclusive=True, group="facts")
+    def load_facts(self) -> None:
+        app: Any = self.app
+        try:
+            facts = app.backend.facts()
+        except Exception as e:
+            self.post_message(messages.Failed("reading the node's facts", str(e)))
+            return
+        self.post_message(messages.FactsLoaded(facts))
+
+    def on_facts_loaded(self, message: messages.FactsLoaded) -> None:
+        try:
+            table = node_table(message.facts)
+        except (KeyError, TypeError) as e:  # an odd facts document shows as text, not a crash
+            self.query_one("#node", Static).update(Text(f"facts unreadable: {e}"))
+            return
+        self.query_one("#node", Static).update(table)
+
+    def on_failed(self, message: messages.Failed) -> None:
+        self.query_one("#node", Static).update(Text(f"{message.what}: {message.error}", style="red"))
+        self.app.post_message(messages.Failed(message.what, message.error))
+
+    def results_changed(self, message: Any) -> None:
+        self.render_areas()
+
+    def render_areas(self) -> None:
+        app: Any = self.app
+        table = Table(title="status by area", title_justify="left", expand=True, box=None)
+        table.add_column("area", no_wrap=True)
+        table.add_column("status", no_wrap=True, min_width=7)
+        table.add_column("checks", ratio=1)
+        for area, ids in AREAS.items():
+            table.add_row(area, status_text(area_status(app.results, area)), ", ".join(ids))
+        self.query_one("#areas", Static).update(table)

@@ -1,0 +1,490 @@
+"""Tune: the tuners' plan as before -> after rows, a choice of which changes to apply, the apply
+(confirmed, journaled, verified by the backend) and the revert of an earlier apply's journal.
+
+Boot-scope changes (the kernel command line) are advice: shown, never selectable, as `nodeagent
+tune --apply` never writes them either. Where the backend can only plan (a snapshot, not root) the
+reason is on screen and apply/revert refuse, saying it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual import events, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, OptionList, Static
+from textual.widgets.option_list import Option
+
+from nodeagent.render.table import SCOPE_STYLE, findings_lines
+from nodeagent.tui.widgets.confirm import ConfirmScreen
+from nodeagent.tune import Change, Plan, Scope
+
+if TYPE_CHECKING:
+    from nodeagent.apply import ApplyResult
+    from nodeagent.finding import Finding
+    from nodeagent.journal import Journal
+
+BOOT_ADVICE = "boot-scope changes (kernel command line) are advice: shown, not selectable"
+MARK_WIDTH = 3
+SCOPE_WIDTH = 7  # "runtime", "process"
+_CONFIRM_LINES = 8  # changes listed in the confirmation before "... and N more"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the plan: a change, or the note of a tuner with nothing to change."""
+
+    plan: Plan
+    change: Change | None = None
+    note: str | None = None
+
+    @property
+    def selectable(self) -> bool:
+        return self.change is not None and self.change.scope is not Scope.BOOT
+
+
+def rows_of(plans: list[Plan]) -> dict[str, Row]:
+    """Row key -> row, in plan order: every change, and one note row for each tuner with none."""
+    rows: dict[str, Row] = {}
+    for pi, p in enumerate(plans):
+        for ci, c in enumerate(p.changes):
+            rows[f"c{pi}.{ci}"] = Row(p, change=c)
+        if not p.changes:
+            rows[f"n{pi}"] = Row(p, note=p.notes[0] if p.notes else "nothing to change")
+    return rows
+
+
+def selected_plans(plans: list[Plan], rows: dict[str, Row], selected: set[str]) -> list[Plan]:
+    """Plans holding only the selected changes (same tuner, notes and details), in plan order."""
+    chosen = {id(rows[k].change) for k in selected if k in rows and rows[k].selectable}
+    out = []
+    for p in plans:
+        changes = [c for c in p.changes if id(c) in chosen]
+        if changes:
+            out.append(dataclasses.replace(p, changes=changes))
+    return out
+
+
+def mark(row: Row, selected: bool, read_only: bool = False) -> Text:
+    """Readable without colour: [x] selected, [ ] not, - advice (boot), blank for a note and when
+    nothing can be applied here (read-only)."""
+    if row.change is None or read_only:
+        return Text("")
+    if not row.selectable:
+        return Text(" - ", style="dim")
+    return Text("[x]" if selected else "[ ]", style="bold" if selected else "")
+
+
+def change_detail(row: Row) -> Table:
+    t = Table(show_header=False, box=None, expand=True, padding=(0, 1))
+    t.add_column("what", style="bold", no_wrap=True)
+    t.add_column("value", ratio=1, overflow="fold")
+    c = row.change
+    if c is None:
+        t.add_row("tuner", f"{row.plan.tuner}: nothing to change")
+    else:
+        scope = Text(c.scope.value, style=SCOPE_STYLE.get(c.scope.value, ""))
+        if c.scope is Scope.BOOT:
+            scope.append(" (advice: not applied here; edit the boot loader and reboot)", style="")
+        t.add_row("change", Text.assemble(f"{c.tuner}: ", c.target, " [", scope, "]"))
+        t.add_row("before", Text(c.before))
+        t.add_row("after", Text(c.after, style="green"))
+        t.add_row("why", Text(c.why))
+    for note in row.plan.notes:
+        t.add_row("note", Text(note, style="dim"))
+    return t
+
+
+def apply_report(result: ApplyResult) -> Group:
+    parts: list[RenderableType] = []
+    if result.journal is None:
+        parts.append(Text("applied: nothing written at runtime (every value already as planned)"))
+    else:
+        parts.append(
+            Text(
+                f"applied; journal {result.journal.id}: undo with v "
+                f"(or `nodeagent revert {result.journal.id}`)",
+                style="bold",
+            )
+        )
+    if result.profile_path is not None:
+        parts.append(Text(f"process settings saved in {result.profile_path} (used by `nodeagent exec`)"))
+    for c in result.skipped:
+        if c.scope is Scope.BOOT:
+            parts.append(Text(f"advice (not applied): {c.target}: {c.after}", style="yellow"))
+    parts.append(findings_lines(result.findings))
+    return Group(*parts)
+
+
+@dataclass
+class PlansLoaded(Message):
+    plans: list[Plan]
+    read_only: str | None
+    error: str | None = None
+
+
+@dataclass
+class Applied(Message):
+    result: ApplyResult | None
+    error: str | None = None
+
+
+@dataclass
+class JournalsLoaded(Message):
+    journals: list[Journal]
+    error: str | None = None
+
+
+@dataclass
+class Reverted(Message):
+    journal_id: str
+    findings: list[Finding]
+    error: str | None = None
+
+
+class JournalPicker(ModalScreen[str | None]):
+    """Which journal to revert, newest first; Enter chooses, Escape cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, journals: list[Journal]) -> None:
+        super().__init__()
+        self.journals = journals
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="journal-box"):
+            yield Static(Text("Revert which journal? Enter chooses, Escape cancels", style="bold"))
+            options = [
+                Option(
+                    Text(
+                        f"{j.id}  {j.state:<11} {len(j.writes)} write(s), {len(j.files)} file(s)  "
+                        f"{j.host.get('name', j.host.get('kind', ''))}"
+                    ),
+                    id=j.id,
+                )
+                for j in reversed(self.journals)
+            ]
+            yield OptionList(*options, id="journal-list")
+
+    def on_mount(self) -> None:
+        options = self.query_one("#journal-list", OptionList)
+        options.highlighted = 0  # the newest: Enter alone picks the last apply
+        options.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class TuneScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("space", "toggle_change", "Toggle"),
+        Binding("a", "toggle_all_changes", "All", tooltip="Select all changes, or none"),
+        Binding("p", "apply", "Apply"),
+        Binding("v", "revert", "Revert"),
+        Binding("r", "reload", "Plan", tooltip="Plan again"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plans: list[Plan] = []
+        self.rows: dict[str, Row] = {}
+        self.selected: set[str] = set()
+        self.read_only: str | None = None
+        self.loaded = False
+        self.busy: str | None = None  # "applying" / "reverting" while a worker changes the node
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(Text("planning...", style="dim"), id="tune-state")
+        table: DataTable[Any] = DataTable(id="plan", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield Static(id="tune-result")
+        yield Static(Text("select a change to see why", style="dim"), id="tune-detail")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#tune-result").display = False
+        self.load_plans()
+
+    def action_reload(self) -> None:
+        self.load_plans()
+
+    # -- the plan ---------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="tune-plan")
+    def load_plans(self) -> None:
+        app: Any = self.app
+        try:
+            read_only = app.backend.tune_read_only
+            plans = app.backend.plans()
+        except Exception as e:
+            self.post_message(PlansLoaded([], None, error=f"planning: {e}"))
+            return
+        self.post_message(PlansLoaded(plans, read_only))
+
+    def on_plans_loaded(self, message: PlansLoaded) -> None:
+        if message.error is not None:
+            self.query_one("#tune-state", Static).update(Text(message.error, style="red"))
+            self.app.notify(message.error, title="error", severity="error", markup=False)
+            return
+        self.plans = message.plans
+        self.read_only = message.read_only
+        self.rows = rows_of(self.plans)
+        # Everything selectable starts selected, as `nodeagent tune --apply` applies the whole plan;
+        # nothing happens before the confirmation.
+        self.selected = {k for k, r in self.rows.items() if r.selectable and not self.read_only}
+        self.loaded = True
+        self.build_table()
+        self.render_state()
+
+    def _widths(self) -> tuple[int, int, int]:
+        """Tuner, target and before -> after widths that fill the screen (no horizontal scroll)."""
+        tuner = min(max([len("tuner"), *(len(p.tuner) for p in self.plans)]), 16)
+        # 5 columns with 1 cell of padding each side, and room for the vertical scrollbar.
+        free = max(self.size.width - 2 * 5 - 2 - MARK_WIDTH - tuner - SCOPE_WIDTH, 20)
+        target = free * 9 // 20
+        return tuner, target, free - target
+
+    def build_table(self) -> None:
+        table = self.query_one("#plan", DataTable)
+        at = table.cursor_row if table.row_count else 0
+        table.clear(columns=True)
+        tuner_w, target_w, change_w = self._widths()
+        table.add_column("", key="mark", width=MARK_WIDTH)
+        table.add_column("tuner", key="tuner", width=tuner_w)
+        table.add_column("target", key="target", width=target_w)
+        table.add_column("before -> after", key="change", width=change_w)
+        table.add_column("scope", key="scope", width=SCOPE_WIDTH)
+
+        def cell(text: str, style: str = "") -> Text:
+            return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+
+        for key, row in self.rows.items():
+            c = row.change
+            if c is None:
+                cells = [cell(row.note or "", "dim"), cell(""), cell("-", "dim")]
+            else:
+                cells = [
+                    cell(c.target),
+                    cell(f"{c.before or '-'} -> {c.after}"),
+                    cell(c.scope.value, SCOPE_STYLE.get(c.scope.value, "")),
+                ]
+            table.add_row(
+                mark(row, key in self.selected, bool(self.read_only)),
+                cell(row.plan.tuner, "bold"),
+                *cells,
+                key=key,
+            )
+        if table.row_count:
+            table.move_cursor(row=min(at, table.row_count - 1))
+        else:
+            self.query_one("#tune-detail", Static).update(Text("no tuner planned anything", style="dim"))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.loaded:
+            self.build_table()
+
+    def render_state(self) -> None:
+        changes = [r for r in self.rows.values() if r.change is not None]
+        selectable = [k for k, r in self.rows.items() if r.selectable]
+        line = Text()
+        if self.read_only:
+            line.append("READ-ONLY: ", style="bold yellow")
+            line.append(f"{self.read_only}\n")
+        line.append(f"{len(changes)} change(s) from {len({r.plan.tuner for r in changes})} tuner(s)")
+        if not self.read_only:
+            line.append(f"; {len(self.selected)} of {len(selectable)} selected (space, a; p applies)")
+        if any(r.change is not None and not r.selectable for r in self.rows.values()):
+            line.append(f"; {BOOT_ADVICE}", style="dim")
+        if self.busy:
+            line.append(f"; {self.busy}...", style="bold")
+        self.query_one("#tune-state", Static).update(line)
+
+    def _current(self) -> tuple[str, Row] | None:
+        table = self.query_one("#plan", DataTable)
+        if not table.row_count:
+            return None
+        key = str(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
+        row = self.rows.get(key)
+        return None if row is None else (key, row)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        row = self.rows.get(str(event.row_key.value))
+        if row is not None:
+            self.query_one("#tune-detail", Static).update(change_detail(row))
+
+    # -- selection --------------------------------------------------------------------------------
+    def _refuse_if_read_only(self, what: str) -> bool:
+        if self.read_only:
+            self.app.notify(
+                f"cannot {what}: {self.read_only}", title="read-only", severity="warning", markup=False
+            )
+            return True
+        return False
+
+    def _set_mark(self, key: str) -> None:
+        self.query_one("#plan", DataTable).update_cell(
+            key, "mark", mark(self.rows[key], key in self.selected)
+        )
+
+    def action_toggle_change(self) -> None:
+        current = self._current()
+        if current is None or self._refuse_if_read_only("select changes"):
+            return
+        key, row = current
+        if row.change is None:
+            self.app.notify(f"{row.plan.tuner} has nothing to change", markup=False)
+            return
+        if not row.selectable:
+            self.app.notify(f"{row.plan.tuner}: {BOOT_ADVICE}", severity="warning", markup=False)
+            return
+        self.selected ^= {key}
+        self._set_mark(key)
+        self.render_state()
+
+    def action_toggle_all_changes(self) -> None:
+        if not self.loaded or self._refuse_if_read_only("select changes"):
+            return
+        selectable = {k for k, r in self.rows.items() if r.selectable}
+        self.selected = set() if selectable <= self.selected else selectable
+        for key in self.rows:
+            self._set_mark(key)
+        self.render_state()
+
+    # -- apply ------------------------------------------------------------------------------------
+    def _can_change(self, what: str) -> bool:
+        if not self.loaded or self._refuse_if_read_only(what):
+            return False
+        if self.busy:
+            self.app.notify(f"wait: {self.busy}", severity="warning", markup=False)
+            return False
+        return True
+
+    def action_apply(self) -> None:
+        if not self._can_change("apply"):
+            return
+        plans = selected_plans(self.plans, self.rows, self.selected)
+        if not plans:
+            self.app.notify("nothing selected: space selects a change, a selects all", severity="warning")
+            return
+        changes = [c for p in plans for c in p.changes]
+        lines = [f"{c.scope.value:8} {c.tuner}: {c.target}: {c.before} -> {c.after}" for c in changes]
+        if len(lines) > _CONFIRM_LINES:
+            lines = [*lines[:_CONFIRM_LINES], f"... and {len(lines) - _CONFIRM_LINES} more"]
+        lines.append(
+            "Runtime values are journaled first (revert with v); process settings go to the profile."
+        )
+        question = f"Apply {len(changes)} change(s) of {', '.join(p.tuner for p in plans)}?"
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.busy = "applying"
+                self.render_state()
+                self.run_apply(plans)
+
+        self.app.push_screen(ConfirmScreen(question, "\n".join(lines)), answered)
+
+    @work(thread=True, exclusive=True, group="tune-change")
+    def run_apply(self, plans: list[Plan]) -> None:
+        app: Any = self.app
+        try:
+            result = app.backend.apply(plans)
+        except Exception as e:  # UsageError (not root, a write refused) included: said, not raised
+            self.post_message(Applied(None, error=f"applying the plan: {e}"))
+            return
+        self.post_message(Applied(result))
+
+    def on_applied(self, message: Applied) -> None:
+        self.busy = None
+        if message.error is not None or message.result is None:
+            self._show_result(Text(message.error or "apply failed", style="red"))
+            self.app.notify(message.error or "apply failed", title="error", severity="error", markup=False)
+        else:
+            self._show_result(apply_report(message.result))
+            self.app.notify("applied: see the verification under the plan", markup=False)
+        self.render_state()
+        self.load_plans()  # what is left to do, now
+
+    def _show_result(self, renderable: RenderableType) -> None:
+        result = self.query_one("#tune-result", Static)
+        result.update(renderable)
+        result.display = True
+
+    # -- revert -----------------------------------------------------------------------------------
+    def action_revert(self) -> None:
+        if self._can_change("revert"):
+            self.load_journals()
+
+    @work(thread=True, exclusive=True, group="tune-journals")
+    def load_journals(self) -> None:
+        app: Any = self.app
+        try:
+            journals = app.backend.journals()
+        except Exception as e:
+            self.post_message(JournalsLoaded([], error=f"reading the journals: {e}"))
+            return
+        self.post_message(JournalsLoaded(journals))
+
+    def on_journals_loaded(self, message: JournalsLoaded) -> None:
+        if message.error is not None:
+            self.app.notify(message.error, title="error", severity="error", markup=False)
+            return
+        if not message.journals:
+            self.app.notify("no journal to revert: nothing has been applied here", severity="warning")
+            return
+        self.app.push_screen(JournalPicker(message.journals), self._journal_chosen)
+
+    def _journal_chosen(self, journal_id: str | None) -> None:
+        if journal_id is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.busy = "reverting"
+                self.render_state()
+                self.run_revert(journal_id)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Revert journal {journal_id}?",
+                "Writes back every value it saved and restores the profile file it changed.",
+            ),
+            answered,
+        )
+
+    @work(thread=True, exclusive=True, group="tune-change")
+    def run_revert(self, journal_id: str) -> None:
+        app: Any = self.app
+        try:
+            findings = app.backend.revert(journal_id)
+        except Exception as e:
+            self.post_message(Reverted(journal_id, [], error=f"reverting {journal_id}: {e}"))
+            return
+        self.post_message(Reverted(journal_id, findings))
+
+    def on_reverted(self, message: Reverted) -> None:
+        self.busy = None
+        if message.error is not None:
+            self._show_result(Text(message.error, style="red"))
+            self.app.notify(message.error, title="error", severity="error", markup=False)
+        else:
+            self._show_result(
+                Group(
+                    Text(f"reverted journal {message.journal_id}", style="bold"),
+                    findings_lines(message.findings),
+                )
+            )
+        self.render_state()
+        self.load_plans()

@@ -1,0 +1,258 @@
+"""The TUI's app, Overview and Checks screens, driven by Textual's pilot: on a fake slow backend
+(findings stream in, an UNKNOWN finding, a backend that fails) and on a recorded snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
+
+from rich.console import Console
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
+
+from nodeagent.tui.app import NodeAgentApp, make_app
+from nodeagent.tui.backend import LocalBackend
+from tests.helpers import modules_loaded_by
+from tests.tmux_session import TmuxSession, tmux_missing
+from tests.tui_fakes import CHECK_IDS, FakeBackend
+
+VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+
+
+def drive(
+    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await steps(pilot)
+
+    asyncio.run(main())
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def text_of(app: NodeAgentApp, selector: str) -> str:
+    """A Static's content as plain text (rich tables included), as a wide terminal would show it."""
+    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
+    console.print(app.screen.query_one(selector, Static).content)
+    return console.export_text()
+
+
+def notifications(app: NodeAgentApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def table_rows(app: NodeAgentApp) -> list[list[str]]:
+    table: DataTable[Any] = app.screen.query_one("#findings", DataTable)
+    return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def test_findings_stream_in_as_checks_finish() -> None:
+    gate = threading.Event()
+    backend = FakeBackend(gate=gate)
+    app = make_app(backend, start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        for _ in range(100):  # the first three checks come in, then the run waits on the gate
+            await pilot.pause(0.05)
+            if len(app.results) == 3:
+                break
+        assert len(app.results) == 3
+        assert len(table_rows(app)) == 3
+        assert "running" in text_of(app, "#checks-state")
+        gate.set()
+        await settle(pilot)
+        assert set(app.results) == set(CHECK_IDS)
+        rows = table_rows(app)
+        assert len(rows) == sum(len(r.findings) for r in app.results.values())
+        assert [r[0] for r in rows][:3] == ["FAIL", "UNKNOWN", "WARN"]  # worst first
+        assert "running" not in text_of(app, "#checks-state")
+
+    drive(app, steps)
+
+
+def test_selection_shows_evidence_expected_remediation_and_tuner() -> None:
+    app = make_app(FakeBackend(delay_s=0), start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        table: DataTable[Any] = app.screen.query_one("#findings", DataTable)
+        table.focus()
+        await pilot.press("ctrl+home")
+        await pilot.pause()
+        detail = text_of(app, "#detail")
+        assert "transparent huge pages never" in detail
+        assert "/sys/kernel/mm/transparent_hugepage/enabled" in detail
+        assert "madvise or always" in detail and "tuner thp" in detail
+        await pilot.press("down")  # the UNKNOWN one: shown like any other
+        await pilot.pause()
+        assert "UNKNOWN" in text_of(app, "#detail") and "max banana" in text_of(app, "#detail")
+
+    drive(app, steps)
+
+
+def test_filters_by_status_and_area() -> None:
+    app = make_app(FakeBackend(delay_s=0), start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        everything = len(table_rows(app))
+        await pilot.press("f")  # needs attention
+        await pilot.pause()
+        assert {r[0] for r in table_rows(app)} == {"FAIL", "UNKNOWN", "WARN"}
+        assert "needs attention" in text_of(app, "#checks-state")
+        await pilot.press("f")  # FAIL only
+        await pilot.pause()
+        assert [r[1] for r in table_rows(app)] == ["hugepages"]
+        for _ in range(5):  # back round to all
+            await pilot.press("f")
+        await pilot.pause()
+        assert len(table_rows(app)) == everything
+        await pilot.press("a")  # the first area: CPU and power
+        await pilot.pause()
+        assert {r[1] for r in table_rows(app)} == {"cstates"}
+
+    drive(app, steps)
+
+
+def test_rerun_one_check_and_all() -> None:
+    backend = FakeBackend(delay_s=0)
+    calls: list[tuple[str, ...]] = []
+    original = backend.run_checks
+
+    def recording(only: Any = ()) -> Any:
+        calls.append(tuple(only))
+        return original(only)
+
+    backend.run_checks = recording  # type: ignore[method-assign]
+    app = make_app(backend, start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        app.screen.query_one("#findings", DataTable).focus()
+        await pilot.press("ctrl+home", "r")
+        await settle(pilot)
+        await pilot.press("R")
+        await settle(pilot)
+
+    drive(app, steps)
+    assert calls == [(), ("hugepages",), ()]
+
+
+def test_a_failing_backend_is_a_notification_not_a_crash() -> None:
+    app = make_app(FakeBackend(fail_checks=True), start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert any("/sys is not mounted" in n for n in notifications(app))
+        assert table_rows(app) == []
+        await pilot.press("f", "a", "R")  # still usable
+        await settle(pilot)
+
+    drive(app, steps)
+    assert app.return_code in (None, 0)
+
+
+def test_overview_shows_the_node_and_the_worst_status_per_area() -> None:
+    app = make_app(FakeBackend(delay_s=0))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        node = text_of(app, "#node")
+        assert "AMD EPYC 7763" in node and "2 socket(s)" in node
+        assert "NUMA 1" in node and "516000 MiB" in node
+        assert "GPU0" in node and "mlx5_0/1 ACTIVE" in node and "5.15.0-91-generic" in node
+        areas = text_of(app, "#areas")
+        assert "NUMA and memory" in areas and "FAIL" in areas  # hugepages FAIL
+        assert "UNKNOWN" in areas  # threads
+        assert app.sub_title == "gpu-node-07"
+
+    drive(app, steps)
+
+
+def test_every_screen_opens_with_its_key_at_80x24() -> None:
+    app = make_app(FakeBackend(delay_s=0))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        for key, mode in zip(
+            "123456", ("overview", "checks", "topology", "tune", "bench", "cluster"), strict=True
+        ):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.current_mode == mode
+        await settle(pilot)
+
+    drive(app, steps)
+
+
+def test_on_a_recorded_snapshot() -> None:
+    app = make_app(LocalBackend(root=str(VM)))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert "AMD EPYC" in text_of(app, "#node")
+        assert len(app.results) == len(CHECK_IDS)
+        await pilot.press("2")
+        await pilot.pause()
+        assert len(table_rows(app)) > 10
+
+    drive(app, steps, size=(120, 40))
+
+
+def test_cli_refuses_a_bad_root_in_one_line() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nodeagent", "tui", "--root", "/nonexistent/node.tar.gz"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 64
+    assert len(proc.stderr.strip().splitlines()) == 1 and "no such file" in proc.stderr
+
+
+def test_startup_imports_neither_tensorflow_nor_nvml_nor_ssh() -> None:
+    code = (
+        "from nodeagent.tui.app import make_app\n"
+        "from nodeagent.tui.backend import LocalBackend\n"
+        "make_app(LocalBackend())"
+    )
+    heavy = ("tensorflow", "pynvml", "paramiko", "fabric", "textual_plotext")
+    assert modules_loaded_by(code, heavy) == []
+
+
+@pytest.mark.skipif(tmux_missing() is not None, reason=str(tmux_missing()))
+def test_the_real_tui_in_a_real_terminal(tmp_path: Path) -> None:
+    """`nodeagent tui` in tmux: the overview paints, keys switch screens, q quits."""
+    nodeagent = str(Path(sys.executable).with_name("nodeagent"))
+    name = f"nodeagent-test-{os.getpid()}"
+    with TmuxSession(name, [nodeagent, "tui", "--root", str(VM)], width=100, height=30) as term:
+        screen = term.wait_for("status by area", "AMD EPYC", "Node", "Quit")
+        assert "NUMA and memory" in screen
+        term.wait_for("Kernel and threads", "WARN")  # the checks have run: statuses, not "..."
+        term.keys("2")
+        screen = term.wait_for("filter: all, all areas")
+        assert "hugepages" in screen or "kernel" in screen
+        term.keys("f")
+        term.wait_for("needs attention")
+        term.keys("q")
+        deadline = time.monotonic() + 10
+        while term.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not term.alive(), term.screen()

@@ -1,0 +1,514 @@
+"""The TUI's Bench and Cluster screens, driven by Textual's pilot on the fake backend (a benchmark
+that reports progress, a fleet with a dead host, drift and an outlier) and on the real backend with
+an inventory of hosts that refuse connections."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
+pytest.importorskip("textual_plotext", reason="the Bench screen's chart needs textual-plotext")
+
+from rich.console import Console
+from textual.pilot import Pilot
+from textual.widgets import ProgressBar, Static
+from textual_plotext import PlotextPlot
+
+from nodeagent.bench import run, stats
+from nodeagent.bench.run import BenchResult, ConfigResult, Progress
+from nodeagent.cluster.fleet import FleetComparison
+from nodeagent.cluster.report import FleetReport
+from nodeagent.cluster.runner import HostOutcome
+from nodeagent.errors import UsageError
+from nodeagent.tui.app import NodeAgentApp, make_app
+from nodeagent.tui.backend import LocalBackend
+from nodeagent.tui.screens.bench import BenchScreen, ConfirmFull
+from nodeagent.tui.screens.cluster import NO_INVENTORY, ClusterScreen, HostScreen
+from nodeagent.tui.widgets import bench_report
+from nodeagent.tui.widgets.host_tile import HostTile
+from tests.tui_fakes import FakeBackend, bench_result, fleet_report
+
+VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+HOSTS = [f"node{i:02d}" for i in range(1, 9)]
+
+
+# -- driving the app ---------------------------------------------------------------------------------
+
+
+def drive(
+    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await steps(pilot)
+            await settle(pilot)  # nothing may still post to the app while it shuts down
+
+    asyncio.run(main())
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def until(pilot: Pilot[None], condition: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
+    """Wait (polling) for a state that a worker and a timer bring about; fails naming it."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        await pilot.pause(0.05)
+
+
+def plain(renderable: Any, width: int = 200) -> str:
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def text_of(app: NodeAgentApp, selector: str) -> str:
+    return plain(app.screen.query_one(selector, Static).content)
+
+
+def notifications(app: NodeAgentApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+def tiles(app: NodeAgentApp) -> dict[str, HostTile]:
+    return {t.host: t for t in app.screen.query(HostTile)}
+
+
+def tile_text(tile: HostTile) -> str:
+    return plain(tile.content)
+
+
+# -- fakes beyond tests/tui_fakes.py -------------------------------------------------------------------
+
+
+@dataclass
+class GatedBench(FakeBackend):
+    """A benchmark that stops halfway (step 5 of 10) until `halfway` is set; records its modes."""
+
+    halfway: threading.Event = field(default_factory=threading.Event)
+    modes: list[bool] = field(default_factory=list)
+    result: BenchResult = field(default_factory=bench_result)
+
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
+        self.modes.append(quick)
+        if self.fail_bench:
+            raise RuntimeError(self.fail_bench)
+        for step in range(1, 11):
+            time.sleep(0.01)  # progress lines come apart in time: a step rate can be measured
+            on_progress(Progress("naive", 1, 1, step, 10, step / 10))
+            if step == 5:
+                self.halfway.wait(10)
+        return self.result
+
+
+@dataclass
+class NoTensorFlow(FakeBackend):
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
+        raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
+
+
+@dataclass
+class GatedFleet(FakeBackend):
+    """A fleet whose inventory can be read upfront (hosts pending) and whose run waits for `go`."""
+
+    go: threading.Event = field(default_factory=threading.Event)
+
+    def inventory(self) -> Any:
+        return SimpleNamespace(hosts=[SimpleNamespace(name=n) for n in HOSTS])
+
+    def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
+        self.go.wait(10)
+        return fleet_report(on_done, 0.0)
+
+
+@dataclass
+class OddFleet(FakeBackend):
+    """Hosts that sent odd documents: an unknown status, findings that are not a list."""
+
+    def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
+        outcomes = {
+            "odd1": HostOutcome("odd1", "10.0.0.1", {"status": "banana", "findings": "nope"}),
+            "odd2": HostOutcome("odd2", "10.0.0.2", {"findings": [{"status": "WARN"}, "not a finding"]}),
+        }
+        for o in outcomes.values():
+            on_done(o)
+        # Not FleetReport.build: fleet.host_values expects findings that are mappings.
+        return FleetReport(outcomes, FleetComparison(0, [], []), 0.1)
+
+
+def skipped_tuned_result() -> BenchResult:
+    """tuned skipped (no profile), autotune failed: the verdicts say why, run.verdict's own way."""
+    r = bench_result()
+    configs = dict(r.configs)
+    configs["tuned"] = ConfigResult(
+        "tuned", run.SKIPPED, "no profile 'default': run `nodeagent tune --apply`"
+    )
+    configs["autotune"] = ConfigResult("autotune", run.FAILED, "worker exited with 1\nTraceback ...")
+    verdicts = {
+        "tuned_vs_naive": run.verdict(configs, "tuned", "naive"),
+        "tuned_vs_autotune": run.verdict(configs, "tuned", "autotune"),
+    }
+    return replace(r, configs=configs, verdicts=verdicts)
+
+
+# -- Bench ---------------------------------------------------------------------------------------------
+
+
+def test_bench_progress_advances_then_verdict_table_and_chart_appear() -> None:
+    backend = GatedBench()
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, BenchScreen)
+        bar = app.screen.query_one("#bench-progress", ProgressBar)
+        assert bar.progress == 0
+        await pilot.press("b")
+        await until(pilot, lambda: bar.progress == 0.5, "the bar at the halfway step")
+        state = text_of(app, "#bench-state")
+        assert "quick benchmark: naive, process 1/1, step 5/10" in state
+        assert "steps/s (this process, last 5 s)" in state
+        assert not app.screen.query(PlotextPlot)  # no chart before a result
+        backend.halfway.set()
+        await settle(pilot)
+        await until(pilot, lambda: bool(app.screen.query(PlotextPlot)), "the chart")
+        assert bar.progress == 1.0
+        assert backend.modes == [True]
+        assert "quick benchmark done in 12 s" in text_of(app, "#bench-state")
+        verdict = text_of(app, "#bench-verdict")
+        keep = "keep: tuned is significantly faster than naive (tuned/naive = 1.690, 95% CI [1.500, 1.800])"
+        assert keep in verdict
+        assert "tuned vs autotune: no significant difference, tuned/autotune = 1.030" in verdict
+        rows = {
+            line.split()[0]: line.split()
+            for line in text_of(app, "#bench-table").splitlines()
+            if line.strip()
+        }
+        assert rows["naive"][:7] == ["naive", "ok", "530.0", "[508.8,", "551.2]", "±4.0%", "0.53"]
+        assert rows["tuned"][2:5] == ["894.0", "[858.2,", "929.8]"]
+        assert rows["compute_only"][-1] == "10%"
+        assert "bound: 888.0 images/s" in text_of(app, "#bench-notes")
+        plot = app.screen.query_one(PlotextPlot)
+        assert plot.display
+        chart = plain(plot.render())
+        for label in ("naive 509-551", "autotune 834-904", "tuned 858-930", "bound 888"):
+            assert label in chart
+
+    drive(app, steps)
+
+
+def test_full_bench_asks_first_and_runs_only_on_yes() -> None:
+    backend = GatedBench()
+    backend.halfway.set()
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("B")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmFull)
+        await pilot.press("n")
+        await settle(pilot)
+        assert isinstance(app.screen, BenchScreen)
+        assert backend.modes == []
+        await pilot.press("B", "y")
+        await settle(pilot)
+        await until(pilot, lambda: "benchmark done" in text_of(app, "#bench-state"), "the run's end")
+        assert backend.modes == [False]
+
+    drive(app, steps)
+
+
+def test_bench_failure_is_notified_and_the_screen_stays_usable() -> None:
+    backend = GatedBench(fail_bench="the worker could not start: python3 missing")
+    backend.halfway.set()
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("b")
+        await settle(pilot)
+        assert any("python3 missing" in n for n in notifications(app))
+        assert "quick benchmark failed: the worker could not start" in text_of(app, "#bench-state")
+        backend.fail_bench = None  # fixed: the same screen runs it again
+        await pilot.press("b")
+        await settle(pilot)
+        await until(pilot, lambda: "keep:" in text_of(app, "#bench-verdict"), "the verdict after a retry")
+        assert backend.modes == [True, True]
+
+    drive(app, steps)
+
+
+def test_missing_tensorflow_shows_the_install_hint() -> None:
+    app = make_app(NoTensorFlow(), start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("b")
+        await settle(pilot)
+        assert any("pip install 'nodeagent[tf]'" in n for n in notifications(app))
+        assert "pip install 'nodeagent[tf]'" in text_of(app, "#bench-state")
+        assert isinstance(app.screen, BenchScreen)
+
+    drive(app, steps)
+
+
+def test_skipped_and_failed_configs_show_their_reasons_and_no_proof_of_a_gain() -> None:
+    backend = GatedBench(result=skipped_tuned_result())
+    backend.halfway.set()
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("b")
+        await settle(pilot)
+        await until(pilot, lambda: "no proof" in text_of(app, "#bench-verdict"), "the verdict")
+        verdict = text_of(app, "#bench-verdict")
+        assert (
+            "no proof of a gain: tuned is not significantly faster than naive (not measured; tuned" in verdict
+        )
+        notes = text_of(app, "#bench-notes")
+        assert "tuned skipped: no profile 'default'" in notes
+        assert "autotune failed: worker exited with 1" in notes
+        assert "Traceback" not in notes  # the first line of the reason only
+        table = text_of(app, "#bench-table")
+        assert any(
+            line.split()[:3] == ["tuned", "skipped", "-"] for line in table.splitlines() if line.strip()
+        )
+        chart = plain(app.screen.query_one(PlotextPlot).render())
+        assert "naive 509-551" in chart and "tuned" not in chart  # only configs with a figure
+
+    drive(app, steps, size=(120, 40))
+
+
+def test_step_rate_follows_the_current_process() -> None:
+    rate = bench_report.StepRate(window_s=5)
+    assert rate.per_s() is None
+    rate.add(Progress("naive", 1, 2, 1, 100, 0.0), now=10.0)
+    assert rate.per_s() is None  # one line is no rate
+    rate.add(Progress("naive", 1, 2, 5, 100, 0.0), now=12.0)
+    assert rate.per_s() == 2.0
+    for t in range(13, 30):  # old lines leave the window: the rate is the recent one
+        rate.add(Progress("naive", 1, 2, 5 + (t - 12) * 10, 100, 0.0), now=float(t))
+    assert rate.per_s() == 10.0
+    rate.add(Progress("naive", 2, 2, 1, 100, 0.0), now=30.0)  # the next process starts afresh
+    assert rate.per_s() is None
+
+
+@pytest.mark.parametrize(
+    ("verdict", "ratio", "expected"),
+    [
+        (
+            stats.FASTER,
+            (1.2, [1.1, 1.3]),
+            "keep: tuned is significantly faster than naive (tuned/naive = 1.200, 95% CI [1.100, 1.300])",
+        ),
+        (
+            stats.SAME,
+            (1.0, [0.9, 1.1]),
+            "no proof of a gain: tuned is not significantly faster than naive (no significant difference; "
+            "tuned/naive = 1.000, 95% CI [0.900, 1.100])",
+        ),
+        (
+            stats.SLOWER,
+            (0.8, [0.7, 0.9]),
+            "no proof of a gain: tuned is not significantly faster than naive (slower; tuned/naive = 0.800",
+        ),
+    ],
+)
+def test_the_decision_rests_on_tuned_against_naive(
+    verdict: str, ratio: tuple[float, list[float]], expected: str
+) -> None:
+    v = {"verdict": verdict, "ratio": ratio[0], "ratio_ci95": ratio[1], "reason": "..."}
+    assert plain(bench_report.decision_line({"tuned_vs_naive": v})).startswith(expected)
+
+
+def test_too_few_measurements_say_so() -> None:
+    v = {
+        "verdict": stats.SAME,
+        "ratio": 1.1,
+        "ratio_ci95": [1.1, 1.1],
+        "reason": "too few measurements to decide",
+    }
+    line = plain(bench_report.comparison_line("tuned_vs_autotune", v))
+    assert "tuned vs autotune: no significant difference, tuned/autotune = 1.100" in line
+    assert "(too few measurements to decide)" in line
+
+
+# -- Cluster -------------------------------------------------------------------------------------------
+
+
+def test_hosts_stream_in_and_the_dead_host_is_fail_unreachable() -> None:
+    app = make_app(FakeBackend(delay_s=0.3), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, ClusterScreen)
+        await until(pilot, lambda: len(tiles(app)) >= 2, "two hosts in")
+        partial = tiles(app)
+        assert 2 <= len(partial) < len(HOSTS)
+        assert list(partial) == HOSTS[: len(partial)]
+        assert "running..." in text_of(app, "#cluster-state")
+        await settle(pilot)
+        await until(pilot, lambda: "8 hosts in" in text_of(app, "#cluster-state"), "the final report")
+        state = text_of(app, "#cluster-state")
+        assert "(1 FAIL, 6 OK, 1 WARN); worst FAIL" in state
+        final = tiles(app)
+        assert list(final) == HOSTS
+        dead = tile_text(final["node05"]).split()
+        assert dead == ["node05", "FAIL", "unreachable"]
+        assert final["node05"].has_class("-fail")
+        assert tile_text(final["node03"]).split()[:2] == ["node03", "WARN"]
+        assert final["node03"].has_class("-warn")
+        assert tile_text(final["node01"]).split() == ["node01", "OK", "all", "OK"]
+        await pilot.press("c")  # again: the tiles start over and fill in the same way
+        await until(pilot, lambda: "running..." in text_of(app, "#cluster-state"), "the second run")
+        assert len(tiles(app)) < len(HOSTS)
+        await settle(pilot)
+        await until(pilot, lambda: "8 hosts in" in text_of(app, "#cluster-state"), "the second report")
+        assert list(tiles(app)) == HOSTS
+        assert tile_text(tiles(app)["node05"]).split() == ["node05", "FAIL", "unreachable"]
+
+    drive(app, steps)
+
+
+def test_drilling_into_node03_shows_its_warn_finding() -> None:
+    app = make_app(FakeBackend(delay_s=0.0), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await until(pilot, lambda: len(tiles(app)) == 8 and app.screen.focused is not None, "the hosts")
+        assert isinstance(app.screen.focused, HostTile) and app.screen.focused.host == "node01"
+        await pilot.press("right", "right")
+        assert isinstance(app.screen.focused, HostTile) and app.screen.focused.host == "node03"
+        pane = text_of(app, "#cluster-detail-body")
+        assert "node03 (10.0.0.3): WARN" in pane
+        assert "WARN hugepages/thp: transparent huge pages never" in pane
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, HostScreen)
+        full = text_of(app, "#host-findings-body")
+        assert "WARN hugepages/thp: transparent huge pages never" in full
+        assert "to do: echo madvise > /sys/kernel/mm/transparent_hugepage/enabled" in full
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, ClusterScreen)
+        await pilot.press("right", "right")  # node05: its error, not findings
+        assert "unreachable: no answer from 10.0.0.5:22 within 3s" in text_of(app, "#cluster-detail-body")
+
+    drive(app, steps)
+
+
+def test_d_toggles_drift_and_outliers() -> None:
+    app = make_app(FakeBackend(delay_s=0.0), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await until(pilot, lambda: "8 hosts in" in text_of(app, "#cluster-state"), "the final report")
+        await pilot.press("d")
+        view = text_of(app, "#cluster-detail-body")
+        drift = next(line for line in view.splitlines() if "kernel.release" in line)
+        assert "5.15.0-91-generic" in drift and "6 hosts (majority)" in drift
+        assert any("5.15.0-88-generic" in line and "node03" in line for line in view.splitlines())
+        outlier = next(line for line in view.splitlines() if "topology.memory_total_mib" in line)
+        assert outlier.split()[1:] == ["node07", "250000", "1031000", "-526.6", "low"]
+        await pilot.press("d")
+        assert "kernel.release" not in text_of(app, "#cluster-detail-body")
+
+    drive(app, steps)
+
+
+def test_pending_hosts_when_the_inventory_is_known_and_a_wide_grid() -> None:
+    backend = GatedFleet()
+    app = make_app(backend, start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await until(pilot, lambda: len(tiles(app)) == 8, "the pending hosts")
+        assert all(tile_text(t).split() == [n, "..."] for n, t in tiles(app).items())
+        assert "0 of 8 hosts answered; running..." in text_of(app, "#cluster-state")
+        await pilot.press("d")  # before the end: says when it comes, no crash
+        assert "once every host has answered" in text_of(app, "#cluster-detail-body")
+        await pilot.press("d")
+        backend.go.set()
+        await settle(pilot)
+        await until(pilot, lambda: "8 hosts in" in text_of(app, "#cluster-state"), "the final report")
+        t = tiles(app)
+        assert tile_text(t["node05"]).split() == ["node05", "FAIL", "unreachable"]
+        # 120 columns hold 7 tiles a row; down moves a whole row.
+        rows = [t[n].region.y for n in HOSTS]
+        assert rows[:7] == [rows[0]] * 7 and rows[7] > rows[0]
+        t["node01"].focus()
+        await pilot.press("down")
+        assert app.screen.focused is t["node08"]
+
+    drive(app, steps, size=(120, 40))
+
+
+def test_odd_host_documents_show_as_unknown_without_crashing() -> None:
+    app = make_app(OddFleet(), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await until(pilot, lambda: "2 hosts in" in text_of(app, "#cluster-state"), "the final report")
+        t = tiles(app)
+        assert tile_text(t["odd1"]).split()[:2] == ["odd1", "UNKNOWN"]
+        t["odd2"].focus()
+        await pilot.pause()
+        assert "WARN ?: " in text_of(app, "#cluster-detail-body")
+
+    drive(app, steps)
+
+
+def test_no_inventory_is_one_line() -> None:
+    app = make_app(FakeBackend(cluster=None), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert text_of(app, "#cluster-state").strip() == NO_INVENTORY
+        assert not tiles(app)
+        await pilot.press("c")
+        await pilot.pause()
+        assert NO_INVENTORY in notifications(app)
+
+    drive(app, steps)
+
+
+def _refused_port() -> int:
+    """A loopback port nothing listens on (bound then closed: the kernel refuses connections)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_real_fleet_of_refusing_hosts(tmp_path: Path) -> None:
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        f"defaults: {{connect_timeout: 2, command_timeout: 5, known_hosts: {tmp_path / 'known_hosts'}}}\n"
+        "hosts:\n"
+        f"  - {{name: dead1, host: 127.0.0.1, port: {_refused_port()}}}\n"
+        f"  - {{name: dead2, host: 127.0.0.1, port: {_refused_port()}}}\n"
+    )
+    app = make_app(LocalBackend(root=str(VM), inventory_path=str(inventory)), start="cluster")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await until(pilot, lambda: "2 hosts in" in text_of(app, "#cluster-state"), "the final report")
+        t = tiles(app)
+        assert [tile_text(t[n]).split() for n in ("dead1", "dead2")] == [
+            ["dead1", "FAIL", "unreachable"],
+            ["dead2", "FAIL", "unreachable"],
+        ]
+        assert "Connection refused" in text_of(app, "#cluster-detail-body")
+        await pilot.press("d")
+        assert "no drift, no outliers across 0 hosts" in text_of(app, "#cluster-detail-body")
+
+    drive(app, steps)

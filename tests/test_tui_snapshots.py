@@ -1,0 +1,37 @@
+"""SVG snapshots of every screen at 80x24 and 120x40 (pytest-textual-snapshot; Textual is pinned
+exactly, since its rendering changes between releases). Run `pytest --snapshot-update` after an
+intended change of a screen, and look at the new SVGs in tests/__snapshots__/ before committing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
+pytest.importorskip("pytest_textual_snapshot", reason="pip install pytest-textual-snapshot")
+
+from textual.pilot import Pilot
+
+from nodeagent.tui.app import make_app
+from tests.tui_fakes import FakeBackend
+
+SIZES = [(80, 24), (120, 40)]
+# What to do on each screen before the picture: the bench runs (fake: instantly); others settle.
+KEYS: dict[str, tuple[str, ...]] = {"bench": ("b",)}
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", ["overview", "checks", "topology", "tune", "bench", "cluster"])
+def test_screen(screen: str, size: tuple[int, int], snap_compare: Any) -> None:
+    async def settle(pilot: Pilot[None]) -> None:
+        await pilot.app.workers.wait_for_complete()
+        for key in KEYS.get(screen, ()):
+            await pilot.press(key)
+            await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    app = make_app(FakeBackend(delay_s=0), start=screen)
+    assert snap_compare(app, terminal_size=size, run_before=settle)

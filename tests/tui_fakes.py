@@ -1,0 +1,297 @@
+"""A fake Backend for the TUI's pilot tests: slow checks that stream, an UNKNOWN finding, a check
+that fails, plans with changes, an apply that records what it was given, a benchmark that reports
+progress, and a fleet with a dead host. Real types throughout (Finding, Plan, BenchResult,
+FleetReport), so the screens render exactly what the engine would give them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeagent.apply import ApplyResult
+from nodeagent.bench import stats
+from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
+from nodeagent.check import Check
+from nodeagent.checks import BUILTIN
+from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier
+from nodeagent.cluster.report import FleetReport
+from nodeagent.cluster.runner import HostOutcome
+from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.engine import CheckResult
+from nodeagent.finding import Finding, Status
+from nodeagent.journal import Journal
+from nodeagent.tune import Change, Plan, Scope, Write
+
+CHECK_IDS = BUILTIN
+
+FINDINGS: dict[str, list[Finding]] = {
+    "cstates": [
+        Finding(
+            "cstates",
+            Status.WARN,
+            "deep C-state C6 (exit latency 133 us) is enabled",
+            {"/sys/devices/system/cpu/cpu0/cpuidle/state3/latency": "133"},
+            "no state above 10 us while training",
+            "limit C-states (c-states tuner) or intel_idle.max_cstate=1",
+            "cpuidle",
+            "c-states",
+        )
+    ],
+    "numa": [
+        Finding(
+            "numa", Status.OK, "2 NUMA nodes, memory balanced", {"/sys/devices/system/node": "node0 node1"}
+        )
+    ],
+    "hugepages": [
+        Finding(
+            "hugepages",
+            Status.FAIL,
+            "transparent huge pages never",
+            {"/sys/kernel/mm/transparent_hugepage/enabled": "always madvise [never]"},
+            "madvise or always",
+            "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled",
+            "thp",
+            "thp",
+        )
+    ],
+    "kernel": [
+        Finding("kernel", Status.OK, "swappiness 10", {"/proc/sys/vm/swappiness": "10"}, subject="swappiness")
+    ],
+    "threads": [
+        Finding(
+            "threads",
+            Status.UNKNOWN,
+            "cgroup cpu.max unparsable",
+            {"/sys/fs/cgroup/cpu.max": "max banana"},
+            remediation="report it with a snapshot",
+            subject="cgroup",
+        )
+    ],
+    "pcie": [Finding("pcie", Status.OK, "every GPU link at x16 16 GT/s", subject="links")],
+    "topology": [Finding("topology", Status.SKIPPED, "no GPU", subject="matrix")],
+    "gpu": [Finding("gpu", Status.SKIPPED, "no NVIDIA GPU (NVML absent)", subject="nvml")],
+    "nvlink": [Finding("nvlink", Status.SKIPPED, "no GPU", subject="links")],
+    "nic": [
+        Finding(
+            "nic",
+            Status.OK,
+            "eth0 up at 100000 Mb/s",
+            {"/sys/class/net/eth0/speed": "100000"},
+            subject="eth0",
+        )
+    ],
+    "rdma": [Finding("rdma", Status.SKIPPED, "no RDMA device", subject="ports")],
+}
+
+FACTS: dict[str, Any] = {
+    "host": "gpu-node-07",
+    "source": "local",
+    "topology": {
+        "cpu_model": "AMD EPYC 7763 64-Core Processor",
+        "packages": 2,
+        "cores": 128,
+        "threads_per_core": 2,
+        "cpus_online": list(range(256)),
+        "numa_nodes": [
+            {"id": 0, "cpus": list(range(64)) + list(range(128, 192)), "memory_mib": 515000, "distances": {}},
+            {
+                "id": 1,
+                "cpus": list(range(64, 128)) + list(range(192, 256)),
+                "memory_mib": 516000,
+                "distances": {},
+            },
+        ],
+    },
+    "gpus": [
+        {"index": 0, "pci_address": "0000:07:00.0", "numa_node": 0},
+        {"index": 1, "pci_address": "0000:0f:00.0", "numa_node": 1},
+    ],
+    "nics": [{"name": "ib0", "speed_mbps": 200000}],
+    "rdma": [{"device": "mlx5_0", "port": 1, "state": "ACTIVE"}],
+    "kernel": {"release": "5.15.0-91-generic"},
+    "dmi": {"bios_vendor": "AMI", "bios_version": "2.3a", "bios_date": "01/12/2024"},
+    "nvidia_smi_topo": {
+        "devices": ["GPU0", "GPU1", "NIC0"],
+        "links": {
+            "GPU0": {"GPU0": "X", "GPU1": "SYS", "NIC0": "PXB"},
+            "GPU1": {"GPU0": "SYS", "GPU1": "X", "NIC0": "SYS"},
+            "NIC0": {"GPU0": "PXB", "GPU1": "SYS", "NIC0": "X"},
+        },
+        "numa_affinity": {"GPU0": "0", "GPU1": "1"},
+    },
+}
+
+
+def plans() -> list[Plan]:
+    return [
+        Plan(
+            "thp",
+            [
+                Change(
+                    "thp",
+                    "transparent_hugepage/enabled",
+                    "never",
+                    "madvise",
+                    Scope.RUNTIME,
+                    "large tensors in 2 MiB pages",
+                    (Write("/sys/kernel/mm/transparent_hugepage/enabled", "never", "madvise"),),
+                )
+            ],
+        ),
+        Plan(
+            "tf-threads",
+            [
+                Change(
+                    "tf-threads",
+                    "env TF_NUM_INTRAOP_THREADS",
+                    "(unset)",
+                    "64",
+                    Scope.PROCESS,
+                    "one thread per physical core of the rank's NUMA node",
+                    profile_key="env.TF_NUM_INTRAOP_THREADS",
+                    value="64",
+                )
+            ],
+        ),
+        Plan(
+            "c-states",
+            [Change("c-states", "kernel command line", "", "intel_idle.max_cstate=1", Scope.BOOT, "advice")],
+        ),
+        Plan("numa-balancing", notes=["already off"]),
+    ]
+
+
+def bench_result() -> BenchResult:
+    def config(name: str, median: float) -> ConfigResult:
+        summary = stats.Summary(median, (median * 0.96, median * 1.04), 9, 3)
+        return ConfigResult(
+            name, "ok", summary=summary, input_wait_fraction=0.1, fraction_of_bound=median / 1000
+        )
+
+    configs = {
+        "naive": config("naive", 530.0),
+        "autotune": config("autotune", 869.0),
+        "tuned": config("tuned", 894.0),
+        "input_only": config("input_only", 1553.0),
+        "compute_only": config("compute_only", 1668.0),
+    }
+    verdicts = {
+        "tuned_vs_naive": {
+            "verdict": stats.FASTER,
+            "ratio": 1.69,
+            "ratio_ci95": [1.5, 1.8],
+            "reason": "faster",
+        },
+        "tuned_vs_autotune": {
+            "verdict": stats.SAME,
+            "ratio": 1.03,
+            "ratio_ci95": [0.92, 1.16],
+            "reason": "same",
+        },
+    }
+    return BenchResult(configs, Bound(1553.0, 888.0, 2), verdicts, True, 12.0, QUICK, "default")
+
+
+def fleet_report(on_done: Callable[[HostOutcome], None], delay_s: float) -> FleetReport:
+    outcomes: dict[str, HostOutcome] = {}
+    for i in range(1, 9):
+        name = f"node{i:02d}"
+        if i == 5:
+            outcome = HostOutcome(
+                name, f"10.0.0.{i}", error=HostError(UNREACHABLE, "no answer from 10.0.0.5:22 within 3s")
+            )
+        else:
+            status = "WARN" if i == 3 else "OK"
+            findings = [f.to_dict() | {"host": name} for f in FINDINGS["kernel"]]
+            if i == 3:
+                findings.append(FINDINGS["hugepages"][0].to_dict() | {"host": name, "status": "WARN"})
+            outcome = HostOutcome(name, f"10.0.0.{i}", {"status": status, "findings": findings, "checks": []})
+        outcome.duration_s = 0.5
+        time.sleep(delay_s)
+        on_done(outcome)
+        outcomes[name] = outcome
+    comparison = FleetComparison(
+        7,
+        [Drift("kernel.release", "5.15.0-91-generic", 6, {"node03": "5.15.0-88-generic"})],
+        [Outlier("topology.memory_total_mib", "node07", 250000.0, 1031000.0, 1000.0, -526.6, "low")],
+    )
+    return FleetReport(outcomes, comparison, 1.0)
+
+
+@dataclass
+class FakeBackend:
+    """`delay_s` between checks (findings stream in), `fail_checks` makes the check run raise."""
+
+    delay_s: float = 0.05
+    read_only: str | None = None
+    cluster: str | None = "hosts.yml"
+    fail_checks: bool = False
+    fail_bench: str | None = None
+    applied: list[list[Plan]] = field(default_factory=list)
+    reverted: list[str] = field(default_factory=list)
+    gate: threading.Event | None = None  # when set, checks wait for it (to look at a half-run state)
+
+    @property
+    def name(self) -> str:
+        return "gpu-node-07"
+
+    @property
+    def tune_read_only(self) -> str | None:
+        return self.read_only
+
+    @property
+    def cluster_source(self) -> str | None:
+        return self.cluster
+
+    def facts(self) -> dict[str, Any]:
+        return FACTS
+
+    def checks(self) -> Sequence[Check[Any, Any]]:
+        from nodeagent import checks
+
+        return checks.all_checks()
+
+    def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
+        if self.fail_checks:
+            raise RuntimeError("the node's /sys is not mounted")
+        for i, cid in enumerate(only or CHECK_IDS):
+            if self.gate is not None and i == 3:
+                self.gate.wait(10)
+            time.sleep(self.delay_s)
+            yield CheckResult(cid, cid, FINDINGS.get(cid, []), self.delay_s)
+
+    def plans(self) -> list[Plan]:
+        return plans()
+
+    def apply(self, plans: list[Plan]) -> ApplyResult:
+        self.applied.append(plans)
+        j = Journal(
+            "20261123-120000-abcd",
+            {"kind": "local"},
+            "2026-11-23T12:00:00Z",
+            "applied",
+            path=Path("/tmp/j.json"),
+        )
+        return ApplyResult(j, None, [Finding("tune", Status.OK, "thp: madvise read back")])
+
+    def journals(self) -> list[Journal]:
+        return [Journal("20261123-120000-abcd", {"kind": "local"}, "2026-11-23T12:00:00Z", "applied")]
+
+    def revert(self, journal_id: str) -> list[Finding]:
+        self.reverted.append(journal_id)
+        return [Finding("revert", Status.OK, "restored transparent_hugepage/enabled = never")]
+
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
+        if self.fail_bench:
+            raise RuntimeError(self.fail_bench)
+        for step in range(1, 11):
+            time.sleep(self.delay_s / 5)
+            on_progress(Progress("naive", 1, 1, step, 10, step / 10))
+        return bench_result()
+
+    def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
+        return fleet_report(on_done, self.delay_s)
