@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the tests drive for real: numactl for `nodeagent exec`, tmux for the TUI, procps;
-# iproute2, openssh-server/-client and iperf3 for the test cluster (network namespaces running sshd).
-SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3
+# iproute2, iputils-ping, openssh-server/-client and iperf3 for the test cluster (network namespaces
+# running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations.
+SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck
 
 .PHONY: run test lint typecheck perf system-packages clean
 

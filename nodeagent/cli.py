@@ -2,111 +2,33 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from nodeagent import __version__
-from nodeagent.cluster import DEFAULT_PARALLEL
+from nodeagent.cli_gate import register as register_gate_commands
+from nodeagent.cli_options import (
+    Fleet,
+    baseline_option,
+    cluster_options,
+    format_option,
+    ids,
+    load_baseline,
+    load_playbook,
+    open_root,
+    output_option,
+    playbook_option,
+    root_option,
+    write_outputs,
+)
 from nodeagent.errors import UsageError
-
-if TYPE_CHECKING:
-    from nodeagent.host import Host
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
-
-
-def _ids(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
-
-
-def _open(root: str | None) -> Host:
-    from nodeagent.host import open_host
-
-    return open_host(root)
-
-
-root_option = click.option(
-    "--root",
-    metavar="PATH",
-    help="Read a recorded node (snapshot .tar.gz or folder holding sys/ and proc/) instead of this machine.",
-)
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
-
-
-def cluster_options(f: Any) -> Any:
-    """--cluster/--hosts and how the fleet is reached (nodeagent.cluster)."""
-    options = [
-        click.option(
-            "--cluster",
-            metavar="HOSTS.YML",
-            help="Run on every host of this inventory over SSH (native or Ansible YAML).",
-        ),
-        click.option(
-            "--hosts", "hostlist", metavar="EXPR", help="Hosts as a Slurm hostlist, e.g. 'node[01-04]'."
-        ),
-        click.option(
-            "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
-        ),
-        click.option(
-            "--parallel",
-            type=click.IntRange(min=1),
-            default=DEFAULT_PARALLEL,
-            show_default=True,
-            help="Hosts handled at once.",
-        ),
-        click.option(
-            "--accept-new-host-keys",
-            is_flag=True,
-            help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
-        ),
-    ]
-
-    @functools.wraps(f)
-    def gathered(
-        *args: Any,
-        cluster: str | None,
-        hostlist: str | None,
-        limit: str | None,
-        parallel: int,
-        accept_new_host_keys: bool,
-        **kwargs: Any,
-    ) -> Any:
-        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys)
-        return f(*args, fleet=fleet, **kwargs)
-
-    wrapped: Any = gathered
-    for option in reversed(options):
-        wrapped = option(wrapped)
-    return wrapped
-
-
-@dataclass(frozen=True)
-class Fleet:
-    """The options of cluster_options, as one argument."""
-
-    cluster: str | None
-    hostlist: str | None
-    limit: str | None
-    parallel: int
-    accept_new_host_keys: bool
-
-    def inventory(self, root: str | None = None) -> Any:
-        """The inventory when --cluster or --hosts was given, else None."""
-        from nodeagent.cluster import command
-
-        inv = command.load(self.cluster, self.hostlist, self.limit)
-        if inv is not None and root is not None:
-            raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
-        return inv
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -146,6 +68,9 @@ def cli() -> None:
     help="ring: each host to the next, all at once; pairs: every ordered pair.",
 )
 @click.option("--min-gbits", type=float, help="With --bandwidth: a link below this many Gbit/s fails.")
+@playbook_option
+@baseline_option
+@output_option
 def check(
     root: str | None,
     only: str | None,
@@ -158,17 +83,31 @@ def check(
     bandwidth: bool,
     bandwidth_mode: str,
     min_gbits: float | None,
+    playbook_name: str | None,
+    baseline_path: Path | None,
+    outputs: tuple[str, ...],
 ) -> None:
-    """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings."""
-    from nodeagent import checks, engine
+    """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings.
 
-    selected = checks.select(_ids(only), _ids(skip))
+    With --playbook, its checks with its parameters, then its thresholds; with --baseline, what
+    differs from the baseline is flagged too.
+    """
+    from nodeagent import gate
+    from nodeagent.render import jsonout
+
+    pb = load_playbook(playbook_name)
+    base = load_baseline(baseline_path)
+    selected = gate.selected_checks(pb, ids(only), ids(skip))
     inv = fleet.inventory(root)
     if inv is not None:
         from nodeagent.cluster import command
         from nodeagent.cluster.runner import CheckJob
 
-        job = CheckJob(selected, timeout_s=timeout, remote_agent=remote_agent)
+        if remote_agent and (pb is not None or base is not None):
+            raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
+        job = CheckJob(
+            selected, gate.check_params(pb, selected), timeout, remote_agent, playbook=pb, baseline=base
+        )
         fleet_report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, "check")
         sections = []
         if bandwidth:
@@ -176,28 +115,28 @@ def check(
             from nodeagent.cluster import ssh
 
             keys = ssh.HostKeys.default(inv.known_hosts, fleet.accept_new_host_keys)
-            params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
-            measured = bw.measure(inv, keys, params, fleet.parallel)
+            bw_params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
+            measured = bw.measure(inv, keys, bw_params, fleet.parallel)
             fleet_report.extra = measured.to_dict()
             fleet_report.extra_status = measured.status()
             sections.append(measured.render())
         command.emit(fleet_report, fmt, sections)
+        write_outputs(outputs, jsonout.document(fleet_report.to_dict()))
         sys.exit(fleet_report.exit_code)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
-    with _open(root) as host:
-        report = engine.run_report(host, selected, timeout_s=timeout)
+    with open_root(root) as host:
+        report = gate.run(host, pb, selected, timeout_s=timeout, baseline=base)
         facts_doc = None
         if with_facts:
             from nodeagent.facts import node
 
             facts_doc = node.collect(host)
+    doc = jsonout.document(gate.document(report, pb, None, None))
+    if facts_doc is not None:
+        doc["facts"] = facts_doc
+    write_outputs(outputs, doc)
     if fmt == "json":
-        from nodeagent.render import jsonout
-
-        doc = report.to_dict()
-        if facts_doc is not None:
-            doc["facts"] = facts_doc
         click.echo(jsonout.dumps(doc))
     else:
         from nodeagent.render import table
@@ -213,7 +152,7 @@ def facts(root: str | None, fmt: str) -> None:
     """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS."""
     from nodeagent.facts import node
 
-    with _open(root) as host:
+    with open_root(root) as host:
         doc = node.collect(host)
     if fmt == "json":
         from nodeagent.render import jsonout
@@ -272,7 +211,7 @@ def snapshot(output: Path, only: str | None) -> None:
     from nodeagent.host import LocalHost
     from nodeagent.snapshot import snapshot as take
 
-    selected = checks.select(_ids(only))
+    selected = checks.select(ids(only))
     patterns = sorted({*declared_paths(selected), *node.PATHS})
     commands = sorted({*declared_commands(selected), *node.COMMANDS})
     try:
@@ -335,6 +274,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 )
 @format_option
 @cluster_options
+@playbook_option
 def tune(
     root: str | None,
     only: str | None,
@@ -346,9 +286,11 @@ def tune(
     quick: bool,
     fmt: str,
     fleet: Fleet,
+    playbook_name: str | None,
 ) -> None:
     """Plan the changes that fix what the checks find (a dry run unless --apply).
 
+    With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
     With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
     """
     from nodeagent import tuners
@@ -363,6 +305,7 @@ def tune(
         argv += ["--apply"] if do_apply else []
         argv += ["--verify"] if verify else []
         argv += ["--quick"] if quick else []
+        argv += [f"--playbook={playbook_name}"] if playbook_name else []
         _agent_on_fleet(inv, argv, fleet, fmt)
 
     if verify:
@@ -373,12 +316,16 @@ def tune(
         _need_tensorflow()
     elif quick:
         raise UsageError("--quick sizes the benchmark of --verify: give --apply --verify too")
-    selected = tuners.select(_ids(only), _ids(skip))
+    pb = load_playbook(playbook_name)
+    selected = tuners.select(ids(only) or (list(pb.tuners) if pb else []), ids(skip))
     overrides = _settings(sets)
     unknown = sorted(set(overrides) - {t.id for t in selected})
     if unknown:
         raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
-    params = {t.id: t.make_params(overrides.get(t.id)) for t in selected}
+    from_playbook = pb.tuner_params if pb else {}
+    params = {
+        t.id: t.make_params({**from_playbook.get(t.id, {}), **overrides.get(t.id, {})}) for t in selected
+    }
     with open_host(root, writable=do_apply and root is not None) as host:
         plans = [t.run_plan(host, params[t.id]) for t in selected]
         result = None
@@ -508,6 +455,22 @@ def _agent_on_fleet(
     sys.exit(report.exit_code)
 
 
+def _bench_document(bench: dict[str, Any]) -> dict[str, Any]:
+    """A benchmark as a run document (nodeagent/render/report.schema.json): no checks, the bench."""
+    import socket
+    import time
+
+    return {
+        "host": socket.gethostname(),
+        "status": "OK" if all(c["status"] != "failed" for c in bench["configs"].values()) else "FAIL",
+        "started": time.time() - bench["duration_s"],
+        "duration_s": bench["duration_s"],
+        "checks": [],
+        "findings": [],
+        "bench": bench,
+    }
+
+
 def _need_tensorflow() -> None:
     """TensorFlow runs only in the benchmark's workers: look for it without importing it."""
     import importlib.util
@@ -529,6 +492,8 @@ def _need_tensorflow() -> None:
 @click.option("--processes", type=click.IntRange(min=1), help="Fresh worker processes per config.")
 @format_option
 @cluster_options
+@playbook_option
+@output_option
 def bench(
     quick: bool,
     profile_name: str,
@@ -536,6 +501,8 @@ def bench(
     processes: int | None,
     fmt: str,
     fleet: Fleet,
+    playbook_name: str | None,
+    outputs: tuple[str, ...],
 ) -> None:
     """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
     against the input and compute bounds, with medians, 95% intervals and verdicts.
@@ -544,6 +511,11 @@ def bench(
     Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
     64 bad input or TensorFlow missing.
     """
+    pb = load_playbook(playbook_name)
+    if pb is not None:  # the playbook's settings, where the command line says nothing
+        quick = quick or pb.bench.quick
+        repeats = repeats or pb.bench.repeats
+        processes = processes or pb.bench.processes
     inv = fleet.inventory()
     if inv is not None:
         argv = ["bench", "--profile", profile_name]
@@ -557,9 +529,10 @@ def bench(
 
     with run.ProgressBar() as bar:
         result = run.run_bench(quick, profile_name, repeats, processes, on_progress=bar)
-    if fmt == "json":
-        from nodeagent.render import jsonout
+    from nodeagent.render import jsonout
 
+    write_outputs(outputs, jsonout.document(_bench_document(result.to_dict())))
+    if fmt == "json":
         click.echo(jsonout.dumps(result.to_dict()))
     else:
         run.print_table(result)
@@ -608,23 +581,27 @@ def exec_(profile_name: str, local_rank: int | None, dry_run: bool, command: tup
     default=None,
     help="The screen to start on (default: overview, or cluster with --cluster).",
 )
-def tui(root: str | None, cluster: str | None, screen: str | None) -> None:
-    """The interactive TUI: overview, checks, topology, tune, benchmark and cluster screens."""
+@playbook_option
+def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name: str | None) -> None:
+    """The interactive TUI: overview, checks, topology, tune, benchmark and cluster screens.
+
+    With --playbook, its checks, parameters and thresholds, its tuners, and its benchmark settings."""
     import importlib.util
 
     if importlib.util.find_spec("textual") is None:
         raise UsageError("the TUI needs Textual: pip install 'nodeagent[tui]'")
     if root is not None:
-        _open(root).close()  # a bad --root is a usage error here, not a broken screen
+        open_root(root).close()  # a bad --root is a usage error here, not a broken screen
     if cluster is not None:
         from nodeagent.cluster import inventory
 
         inventory.load_inventory(Path(cluster))  # a bad inventory: one line, exit 64, before the app
+    pb = load_playbook(playbook_name)  # a bad playbook: the same
     from nodeagent.tui.app import make_app
     from nodeagent.tui.backend import LocalBackend
 
     start = screen or ("cluster" if cluster else "overview")
-    make_app(LocalBackend(root=root, inventory_path=cluster), start).run()
+    make_app(LocalBackend(root=root, inventory_path=cluster, playbook=pb), start).run()
 
 
 @cli.command("tuners")
@@ -646,6 +623,9 @@ def list_tuners() -> None:
 def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"nodeagent: {message}", err=True)
     sys.exit(code)
+
+
+register_gate_commands(cli)
 
 
 def main(argv: list[str] | None = None) -> Any:

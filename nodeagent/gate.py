@@ -52,11 +52,13 @@ def check_params(pb: Playbook | None, selected: list[Check[Any, Any]]) -> dict[s
 
 
 def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
-    """The node's comparable values: its facts and its findings, flattened (fleet.host_values)."""
+    """The node's comparable values: its facts and its findings, flattened (fleet.host_values).
+    No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
+    needed it has run it already, and its findings carry what it saw."""
     from nodeagent.cluster import fleet
     from nodeagent.facts import node
 
-    return fleet.host_values(node.collect(host), [f.to_dict() for f in report.findings])
+    return fleet.host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
 
 
 def extra_results(

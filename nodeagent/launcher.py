@@ -37,7 +37,14 @@ from nodeagent import parse, profile
 from nodeagent.errors import UsageError
 
 # Where launchers put the rank of a process on its node, most specific first.
-RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+# HOROVOD_LOCAL_RANK: horovodrun in Gloo mode sets only this one.
+RANK_VARS = (
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "HOROVOD_LOCAL_RANK",
+)
 HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
 TF_DATA_ENV = "NODEAGENT_TF_DATA_OPTIONS"
 DMA_LATENCY_ENV = "NODEAGENT_CPU_DMA_LATENCY_FD"  # tells the job which fd holds the request

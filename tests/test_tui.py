@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import io
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,43 +15,17 @@ import pytest
 
 pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
 
-from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
 
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend
 from tests.helpers import modules_loaded_by
 from tests.tmux_session import TmuxSession, tmux_missing
+from tests.tui_driver import drive, notifications, settle, text_of
 from tests.tui_fakes import CHECK_IDS, FakeBackend
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
-
-
-def drive(
-    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
-) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await steps(pilot)
-
-    asyncio.run(main())
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-
-
-def text_of(app: NodeAgentApp, selector: str) -> str:
-    """A Static's content as plain text (rich tables included), as a wide terminal would show it."""
-    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
-    console.print(app.screen.query_one(selector, Static).content)
-    return console.export_text()
-
-
-def notifications(app: NodeAgentApp) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def table_rows(app: NodeAgentApp) -> list[list[str]]:

@@ -4,12 +4,10 @@ an inventory of hosts that refuse connections."""
 
 from __future__ import annotations
 
-import asyncio
-import io
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,9 +18,8 @@ import pytest
 pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
 pytest.importorskip("textual_plotext", reason="the Bench screen's chart needs textual-plotext")
 
-from rich.console import Console
 from textual.pilot import Pilot
-from textual.widgets import ProgressBar, Static
+from textual.widgets import ProgressBar
 from textual_plotext import PlotextPlot
 
 from nodeagent.bench import run, stats
@@ -37,6 +34,7 @@ from nodeagent.tui.screens.bench import BenchScreen, ConfirmFull
 from nodeagent.tui.screens.cluster import NO_INVENTORY, ClusterScreen, HostScreen
 from nodeagent.tui.widgets import bench_report
 from nodeagent.tui.widgets.host_tile import HostTile
+from tests.tui_driver import drive, notifications, plain, settle, text_of
 from tests.tui_fakes import FakeBackend, bench_result, fleet_report
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
@@ -46,42 +44,12 @@ HOSTS = [f"node{i:02d}" for i in range(1, 9)]
 # -- driving the app ---------------------------------------------------------------------------------
 
 
-def drive(
-    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
-) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await steps(pilot)
-            await settle(pilot)  # nothing may still post to the app while it shuts down
-
-    asyncio.run(main())
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
-
-
 async def until(pilot: Pilot[None], condition: Callable[[], bool], what: str, timeout_s: float = 10) -> None:
     """Wait (polling) for a state that a worker and a timer bring about; fails naming it."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"
         await pilot.pause(0.05)
-
-
-def plain(renderable: Any, width: int = 200) -> str:
-    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
-    console.print(renderable)
-    return console.export_text()
-
-
-def text_of(app: NodeAgentApp, selector: str) -> str:
-    return plain(app.screen.query_one(selector, Static).content)
-
-
-def notifications(app: NodeAgentApp) -> list[str]:
-    return [n.message for n in app._notifications]
 
 
 def tiles(app: NodeAgentApp) -> dict[str, HostTile]:

@@ -4,9 +4,7 @@ snapshots (the firecracker VM without a GPU, a DGX A100's `nvidia-smi topo -m`, 
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import io
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +13,6 @@ import pytest
 
 pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
 
-from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
@@ -30,6 +27,9 @@ from nodeagent.tui.screens.tune import JournalPicker, TuneScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tune import Plan, Scope
 from tests.helpers import GPU, NIC, SYSFS_FIXTURES, nvidia_smi_text, pci_tree, require_shared
+from tests.tui_driver import drive as drive_app
+from tests.tui_driver import notifications_by_severity as notifications
+from tests.tui_driver import settle, text_of
 from tests.tui_fakes import FACTS, FakeBackend
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
@@ -38,22 +38,6 @@ READ_ONLY = "a recorded snapshot (/srv/node07.tar.gz) is read-only: the plan is 
 
 
 # -- driving the app -----------------------------------------------------------------------------
-def drive(
-    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
-) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await settle(pilot)
-            await steps(pilot)
-
-    asyncio.run(main())
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    """Workers done and the messages they posted handled (a modal pushed, a table filled)."""
-    for _ in range(3):
-        await pilot.app.workers.wait_for_complete()
-        await pilot.pause()
 
 
 async def press(pilot: Pilot[None], *keys: str) -> None:
@@ -62,15 +46,10 @@ async def press(pilot: Pilot[None], *keys: str) -> None:
         await settle(pilot)
 
 
-def text_of(app: NodeAgentApp, selector: str) -> str:
-    """A Static's content as plain text (rich tables and groups included)."""
-    console = Console(width=200, record=True, file=io.StringIO(), color_system=None)
-    console.print(app.screen.query_one(selector, Static).content)
-    return console.export_text()
-
-
-def notifications(app: NodeAgentApp) -> list[tuple[str, str]]:
-    return [(n.severity, n.message) for n in app._notifications]
+def drive(
+    app: NodeAgentApp, steps: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
+) -> None:
+    drive_app(app, steps, size, settle_first=True)
 
 
 def table(app: NodeAgentApp, selector: str) -> DataTable[Any]:

@@ -27,7 +27,8 @@ from nodeagent.cluster.inventory_schema import (
     LoadedInventory,
     make_spec,
 )
-from nodeagent.cluster.inventory_yaml import Document, Loc, did_you_mean, show_value
+from nodeagent.cluster.inventory_yaml import InventoryDocument
+from nodeagent.yamldoc import Loc, did_you_mean, show_value
 
 __all__ = ["AnsibleReader", "is_ansible"]
 
@@ -107,7 +108,7 @@ class _Group:
 class AnsibleReader:
     """One Document in Ansible's form; `load()` gives its hosts and group members."""
 
-    def __init__(self, doc: Document) -> None:
+    def __init__(self, doc: InventoryDocument) -> None:
         self.doc = doc
         self.groups: dict[str, _Group] = {}
         self.host_vars: dict[str, dict[str, tuple[Any, Loc]]] = {}  # in order of first appearance

@@ -87,6 +87,10 @@ EXCLUDED_KEYS: tuple[str, ...] = (
     r"/(free|resv|surplus)_hugepages$",
     r"/statistics/|/(hw_)?counters/",
     r"(^|[./ _])(rx|tx)_(packets|bytes|errors|dropped)$",
+    # Readings of the moment rather than configuration: the gpu check's temperatures, margin to the
+    # slowdown temperature and clock event reasons (NVML says "GPU idle" whenever no job runs:
+    # https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
+    r"temperature|slowdown margin|clock event reasons",
     # Virtual interfaces created per container or VM under random names (veth1a2b3c, cali..., tap...).
     r"(nics\[|/sys/class/net/)(veth|cali|tap|vnet|docker|br-|cni|flannel|vxlan)",
 )
@@ -246,12 +250,16 @@ def _rank(status: Any) -> int:
         return -1
 
 
+# The same readings inside a healthy GPU's evidence text ("A100, 45 C, clocks: GPU idle"; checks/gpu.py).
+READING_PARTS = re.compile(r", -?\d+(?:\.\d+)? C(?=,|$)|, clocks: .*$")
+
+
 def _evidence_value(value: Any) -> Value:
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int | float):
         return float(value)
-    text = str(value).strip()
+    text = READING_PARTS.sub("", str(value).strip())
     number = parse_number(text)
     return text if number is None else number
 

@@ -17,8 +17,9 @@ so the file works whatever the current directory; in the Ansible form they are l
 
 This module loads the native form and holds the entry points (load_inventory, from_hostlist, the
 limit); the parts live beside it: nodeagent.cluster.inventory_schema (HostSpec, Inventory and the
-pydantic models), .inventory_yaml (the document, lines and error messages), .ansible_inventory (the
-Ansible form), .hostlist (node[01-04] expressions) and .hostnames (valid names and addresses).
+pydantic models), .inventory_yaml (the document, on nodeagent.yamldoc's lines and error messages),
+.ansible_inventory (the Ansible form), .hostlist (node[01-04] expressions) and .hostnames (valid
+names and addresses).
 """
 
 from __future__ import annotations
@@ -43,17 +44,9 @@ from nodeagent.cluster.inventory_schema import (
     local_path,
     make_spec,
 )
-from nodeagent.cluster.inventory_yaml import (
-    Document,
-    Loc,
-    did_you_mean,
-    format_loc,
-    line_at,
-    read_document,
-    schema_problem,
-    show_value,
-)
+from nodeagent.cluster.inventory_yaml import InventoryDocument, read_document, schema_problem
 from nodeagent.errors import UsageError
+from nodeagent.yamldoc import Loc, did_you_mean, format_loc, line_at, show_value
 
 # HostSpec, Inventory and expand_hostlist are defined beside this module and re-exported here, where
 # the rest of nodeagent imports them from.
@@ -69,7 +62,7 @@ def _under(prefix: Loc) -> Callable[[Loc], Loc]:
     return lambda loc: (*prefix, *loc)
 
 
-def _load_native(doc: Document) -> LoadedInventory:
+def _load_native(doc: InventoryDocument) -> LoadedInventory:
     data: dict[str, Any] = doc.data
     if "hosts" in data and not data["hosts"]:
         doc.fail(("hosts",), "lists no hosts; add names, hostlist expressions like node[01-04] or mappings")

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from nodeagent.cluster.hostnames import check_host, check_jump_host, check_user
-from nodeagent.cluster.inventory_yaml import show_value
+from nodeagent.yamldoc import show_value
 
 __all__ = [
     "ConnectionSettings",

@@ -11,8 +11,13 @@ from nodeagent.engine import Report
 SCHEMA_VERSION = 1
 
 
+def document(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` with the schema version and nodeagent's version first (nodeagent/render/report.schema.json)."""
+    return {"schema": SCHEMA_VERSION, "nodeagent": __version__, **doc}
+
+
 def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps({"schema": SCHEMA_VERSION, "nodeagent": __version__, **doc}, indent=2, default=str)
+    return json.dumps(doc if "schema" in doc else document(doc), indent=2, default=str)
 
 
 def report(r: Report) -> str:

@@ -47,8 +47,19 @@ def _details(f: Finding) -> Text:
     return text
 
 
-def report_table(r: Report) -> Group:
-    """One row per finding, worst first; then the details of each finding that needs attention."""
+def durations_line(r: Report) -> Text:
+    """Each check's time, slowest first, and the ones cut at a time limit (pre-flight's budget)."""
+    line = Text("check durations: ", style="dim")
+    ordered = sorted(r.results, key=lambda x: -x.duration_s)
+    line.append(
+        ", ".join(f"{x.check_id} {x.duration_s:.2f}s{' (cut)' if x.timed_out else ''}" for x in ordered)
+    )
+    return line
+
+
+def report_table(r: Report, durations: bool = False) -> Group:
+    """One row per finding, worst first; then the details of each finding that needs attention
+    (and, with `durations`, every check's time)."""
     table = Table(title=f"nodeagent check: {r.host}", title_justify="left", expand=True)
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
@@ -70,6 +81,8 @@ def report_table(r: Report) -> Group:
     if slowest and slowest.duration_s > 0.5:
         summary.append(f" (slowest check: {slowest.check_id} {slowest.duration_s:.2f}s)", style="dim")
     parts += [Text(), summary]
+    if durations:
+        parts.append(durations_line(r))
     return Group(*parts)
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from nodeagent.engine import CheckResult
     from nodeagent.finding import Finding
     from nodeagent.journal import Journal
+    from nodeagent.playbook import Playbook
     from nodeagent.tune import Plan
 
 
@@ -69,6 +70,7 @@ class LocalBackend:
     inventory_path: str | None = None
     profile: str = "default"
     timeout_s: float = 20.0
+    playbook: Playbook | None = None  # its checks, parameters and thresholds; tuners; bench settings
 
     def _host(self) -> Any:
         from nodeagent.host import open_host
@@ -99,22 +101,33 @@ class LocalBackend:
             return node.collect(host)
 
     def checks(self) -> Sequence[Check[Any, Any]]:
-        from nodeagent import checks
+        from nodeagent import gate
 
-        return checks.all_checks()
+        return gate.selected_checks(self.playbook, [], [])
 
     def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
-        from nodeagent import checks, engine
+        """The checks as they finish, then the playbook's thresholds (when it has any)."""
+        from nodeagent import engine, gate
 
-        selected = checks.select(list(only))
+        selected = gate.selected_checks(self.playbook, list(only), [])
+        params = gate.check_params(self.playbook, selected)
         with self._host() as host:
-            yield from engine.run(host, selected, timeout_s=self.timeout_s)
+            report = engine.Report(host.name)
+            for result in engine.run(host, selected, params, timeout_s=self.timeout_s):
+                report.results.append(result)
+                yield result
+            if self.playbook is not None and self.playbook.thresholds and not only:
+                yield from gate.extra_results(gate.values_of(host, report), self.playbook, None, host.name)
 
-    def plans(self) -> list[Plan]:
+    def _tuners(self) -> list[Any]:
         from nodeagent import tuners
 
+        return tuners.select(list(self.playbook.tuners) if self.playbook else [], [])
+
+    def plans(self) -> list[Plan]:
+        overrides = self.playbook.tuner_params if self.playbook else {}
         with self._host() as host:
-            return [t.run_plan(host, t.make_params()) for t in tuners.select([], [])]
+            return [t.run_plan(host, t.make_params(dict(overrides.get(t.id, {})))) for t in self._tuners()]
 
     def apply(self, plans: list[Plan]) -> ApplyResult:
         from nodeagent import apply, tuners
@@ -147,7 +160,10 @@ class LocalBackend:
             from nodeagent.errors import UsageError
 
             raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
-        return run.run_bench(quick, self.profile, on_progress=on_progress)
+        settings = self.playbook.bench if self.playbook else None
+        repeats = settings.repeats if settings else None
+        processes = settings.processes if settings else None
+        return run.run_bench(quick, self.profile, repeats, processes, on_progress=on_progress)
 
     def inventory(self) -> Inventory:
         from nodeagent.cluster import inventory

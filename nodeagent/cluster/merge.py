@@ -1,0 +1,212 @@
+"""`nodeagent report merge`: per-node results gathered from files, as the fleet view.
+
+Nodes that check themselves (a Slurm prolog or health check writing `--output json:DIR/NODE.json`
+into a shared folder, a Kubernetes DaemonSet, cron) leave one JSON report each: what
+`nodeagent check --format json [--facts]` or `nodeagent preflight --format json` prints,
+`{schema, nodeagent, host, status, started, duration_s, checks[], findings[], facts?}`. Merged,
+they give what `nodeagent check --cluster` gives over SSH: each node's status and findings, and the
+fleet comparison (drift from the majority, outliers) over their facts and findings, built by the
+same FleetReport.
+
+The files are data written by many nodes at many moments, so none of them can stop the merge:
+- a directory argument means every `*.json` in it (hidden files, such as the temporary files an
+  atomic write renames into place, are left out);
+- a file that cannot be read, is not JSON, or is not one node's report (no "schema", "host" or
+  "findings", a finding without check_id, status or summary, another schema version, a merged
+  fleet report) becomes an error of kind "unreadable report" for the host named by the file (its
+  name without ".json": the prolog writes NODE.json), which counts as FAIL like an unreachable
+  host: a gate must not pass a node whose result it could not read;
+- two reports of the same host: the newest ("started", else the file's modification time) is kept,
+  and a note names the others; a readable report beats an unreadable file of the same name.
+
+Notes are in the report's JSON as `notes` (FleetReport.extra).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from nodeagent.cluster.report import FleetReport
+from nodeagent.cluster.runner import HostOutcome
+from nodeagent.cluster.ssh import HostError
+from nodeagent.errors import UsageError
+from nodeagent.finding import Status
+from nodeagent.render.jsonout import SCHEMA_VERSION
+
+UNREADABLE = "unreadable report"
+REQUIRED_FIELDS = ("schema", "host", "findings")
+FINDING_FIELDS = ("check_id", "status", "summary")
+
+
+@dataclass(frozen=True)
+class _Read:
+    """One file: the report it holds, or why it holds none."""
+
+    path: Path
+    doc: dict[str, Any] | None
+    problem: str = ""
+    mtime: float = 0.0
+
+    @property
+    def host(self) -> str:
+        if self.doc is not None:
+            return str(self.doc["host"])
+        return self.path.name.removesuffix(".json")
+
+    @property
+    def started(self) -> float:
+        """When the run started (seconds since the epoch): the report's own time, else the file's."""
+        value = (self.doc or {}).get("started")
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                when = datetime.fromisoformat(value)
+            except ValueError:
+                return self.mtime
+            return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+        return self.mtime
+
+
+def merge_reports(paths: Sequence[Path]) -> FleetReport:
+    """The fleet view of per-node JSON reports (files, or directories of *.json)."""
+    files = _expand(paths)
+    chosen, notes = _one_per_host([_read(f) for f in files])
+    outcomes = {name: _outcome(chosen[name]) for name in sorted(chosen)}
+    report = FleetReport.build(outcomes, duration_s=0.0)
+    if notes:
+        report.extra = {"notes": notes}
+    return report
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    seen: set[Path] = set()
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.json") if not p.name.startswith(".") and p.is_file())
+        elif path.exists():
+            found = [path]
+        else:
+            raise UsageError(f"{path}: no such file or directory; give report files or folders of *.json")
+        for f in found:
+            key = f.resolve()
+            if key not in seen:
+                seen.add(key)
+                files.append(f)
+    if not files:
+        given = ", ".join(str(p) for p in paths)
+        raise UsageError(
+            f"{given}: no *.json report to merge; write them with "
+            "`nodeagent check --format json --facts > NODE.json` or `--output json:DIR/NODE.json`"
+        )
+    return files
+
+
+def _read(path: Path) -> _Read:
+    try:
+        mtime = path.stat().st_mtime
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        return _Read(path, None, f"{path}: cannot read it ({e.strerror or e})")
+    except UnicodeDecodeError as e:
+        return _Read(path, None, f"{path}: byte {e.start}: not UTF-8 text", mtime)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        return _Read(path, None, f"{path}: line {e.lineno}: not JSON ({e.msg})", mtime)
+    problem = _problem(doc)
+    if problem:
+        return _Read(path, None, f"{path}: {problem}", mtime)
+    return _Read(path, doc, "", mtime)
+
+
+def _problem(doc: Any) -> str:
+    """Why `doc` is not one node's report ("" when it is one)."""
+    if not isinstance(doc, dict):
+        return f"not a nodeagent report (a JSON {type(doc).__name__}, not an object)"
+    if "host" not in doc and isinstance(doc.get("hosts"), Mapping):
+        return (
+            f"a merged fleet report ({len(doc['hosts'])} hosts), not one node's; merge the nodes' "
+            "own report files"
+        )
+    missing = [f for f in REQUIRED_FIELDS if f not in doc]
+    if missing:
+        return f"not a nodeagent report (no {', '.join(repr(m) for m in missing)})"
+    if doc["schema"] != SCHEMA_VERSION:
+        return (
+            f"field schema is {doc['schema']!r}, this nodeagent reads schema {SCHEMA_VERSION}; "
+            "merge with the nodeagent version that wrote it"
+        )
+    if not isinstance(doc["host"], str) or not doc["host"].strip():
+        return f"field host is {doc['host']!r}, expected the node's name"
+    if not isinstance(doc["findings"], list):
+        return f"field findings is a {type(doc['findings']).__name__}, expected a list"
+    for i, finding in enumerate(doc["findings"]):
+        bad = _finding_problem(finding)
+        if bad:
+            return f"findings[{i}]: {bad}"
+    return ""
+
+
+def _finding_problem(finding: Any) -> str:
+    if not isinstance(finding, dict):
+        return f"a {type(finding).__name__}, expected an object"
+    missing = [f for f in FINDING_FIELDS if not isinstance(finding.get(f), str)]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if finding["status"] not in {s.value for s in Status}:
+        return f"status {finding['status']!r} is none of {', '.join(s.value for s in Status)}"
+    return ""
+
+
+def _one_per_host(reads: Sequence[_Read]) -> tuple[dict[str, _Read], list[str]]:
+    """The report kept for each host, and a note for each file left out."""
+    groups: dict[str, list[_Read]] = {}
+    for r in reads:
+        groups.setdefault(r.host, []).append(r)
+    chosen: dict[str, _Read] = {}
+    notes: list[str] = []
+    for host, group in groups.items():
+        readable = sorted((r for r in group if r.doc is not None), key=lambda r: r.started, reverse=True)
+        kept = readable[0] if readable else group[0]
+        chosen[host] = kept
+        others = [r for r in group if r is not kept]
+        if not others:
+            continue
+        left = ", ".join(str(r.path) for r in others)
+        if kept.doc is None:
+            notes.append(f"{host}: {len(group)} unreadable files; reported {kept.path}, left out {left}")
+        else:
+            when = datetime.fromtimestamp(kept.started, timezone.utc).isoformat(timespec="seconds")
+            notes.append(
+                f"{host}: {len(group)} reports; kept the newest, {kept.path} (started {when}), "
+                f"left out {left}"
+            )
+    return chosen, notes
+
+
+def _outcome(r: _Read) -> HostOutcome:
+    if r.doc is None:
+        return HostOutcome(r.host, "", error=HostError(UNREADABLE, r.problem))
+    doc = dict(r.doc)
+    facts = doc.pop("facts", None)
+    doc["report_file"] = str(r.path)
+    return HostOutcome(
+        r.host,
+        "",
+        doc=doc,
+        facts=facts if isinstance(facts, dict) else None,
+        duration_s=_seconds(doc.get("duration_s")),
+    )
+
+
+def _seconds(value: Any) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else 0.0

@@ -1,0 +1,288 @@
+"""Baselines (nodeagent.baseline): saved from recorded trees, compared with the same tree, a modified
+copy of it, and a fleet of copies where the majority decides; corrupt files are one-line errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent import baseline, checks, engine
+from nodeagent.cluster import fleet
+from nodeagent.cluster.fleet import Value
+from nodeagent.errors import UsageError
+from nodeagent.facts import node
+from nodeagent.finding import Finding, Status
+from nodeagent.host import SnapshotHost
+from tests.helpers import SYSFS_FIXTURES, require_shared
+
+VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+SWAPPINESS = "check.kernel.vm.swappiness./proc/sys/vm/swappiness"
+MEMTOTAL = "memory.total_mib"
+
+
+def tree(tmp_path: Path, name: str) -> Path:
+    """The recorded VM extracted into tmp_path/name, named `name` (its nodeagent.json hostname)."""
+    root = tmp_path / name
+    root.mkdir()
+    with tarfile.open(VM) as tar:
+        tar.extractall(root, filter="tar")
+    meta = root / "nodeagent.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "hostname": name}))
+    return root
+
+
+def values_of(source: Path, only: tuple[str, ...] = ()) -> dict[str, Value]:
+    """What `nodeagent baseline save` and `check --baseline` compare: facts and findings, flattened."""
+    host = SnapshotHost(source)
+    report = engine.run_report(host, checks.select(list(only), []))
+    return fleet.host_values(node.collect(host), [f.to_dict() for f in report.findings])
+
+
+def set_swappiness(root: Path, value: int) -> None:
+    (root / "proc/sys/vm/swappiness").write_text(f"{value}\n")
+
+
+def scale_memtotal(root: Path, factor: float) -> int:
+    """Multiply /proc/meminfo's MemTotal; the new value in kB."""
+    meminfo = root / "proc/meminfo"
+    text = meminfo.read_text()
+    found = re.search(r"^MemTotal:\s+(\d+) kB", text, re.MULTILINE)
+    assert found is not None
+    kb = int(found.group(1))
+    new = int(kb * factor)
+    meminfo.write_text(re.sub(r"^(MemTotal:\s+)\d+", rf"\g<1>{new}", text, count=1, flags=re.MULTILINE))
+    return new
+
+
+def warnings(findings: list[Finding]) -> dict[str, Finding]:
+    return {f.subject: f for f in findings if f.status is Status.WARN}
+
+
+@pytest.fixture(scope="module")
+def vm_values() -> dict[str, Value]:
+    return values_of(VM)
+
+
+# --- One node --------------------------------------------------------------------------------------
+
+
+def test_the_same_tree_compares_equal(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "good.json"
+    baseline.save({"vm": vm_values}, path, "tests/data/firecracker-vm-2cpu.tar.gz")
+    loaded = baseline.load(path)
+    assert loaded.hosts == {"vm": vm_values}
+    assert loaded.source.endswith("firecracker-vm-2cpu.tar.gz") and loaded.recorded_at != "?"
+    again = values_of(VM)  # a second, independent run of the checks on the same tree
+    found = baseline.compare(loaded, again, "vm")
+    assert [f.status for f in found] == [Status.OK]
+    assert found[0].check_id == "baseline" and found[0].host == "vm"
+    assert "values as in the baseline" in found[0].summary
+
+
+@pytest.mark.parametrize("name", ["16amd64-8n2c", "nvidiagpunumanodes"])
+def test_an_hwloc_tree_compares_equal_with_itself(tmp_path: Path, name: str) -> None:
+    archive = require_shared(SYSFS_FIXTURES / f"{name}.tar.bz2")
+    path = tmp_path / "b.json"
+    baseline.save({name: values_of(archive)}, path, str(archive))
+    found = baseline.compare(baseline.load(path), values_of(archive), name)
+    assert [f.status for f in found] == [Status.OK]
+
+
+def test_a_modified_tree_names_each_difference(tmp_path: Path) -> None:
+    good = tree(tmp_path, "node1")
+    path = tmp_path / "good.json"
+    baseline.save({"node1": values_of(good)}, path, str(good))
+    set_swappiness(good, 10)
+    scale_memtotal(good, 0.9)  # a DIMM's worth of memory gone
+    found = baseline.compare(baseline.load(path), values_of(good), "node1")
+    warned = warnings(found)
+    assert SWAPPINESS in warned and MEMTOTAL in warned
+    swap = warned[SWAPPINESS]
+    assert swap.check_id == "baseline" and swap.host == "node1"
+    assert swap.evidence == {SWAPPINESS: "10"}
+    assert swap.expected.startswith("60") and "good.json" in swap.expected
+    assert "is 10; the baseline has 60" in swap.summary
+    # Nothing but what was changed (and what derives from it) differs.
+    assert all(re.search(r"swappiness|mem|MemTotal", key, re.IGNORECASE) for key in warned), sorted(warned)
+    assert not [f for f in found if f.status is Status.OK]
+
+
+def test_memory_within_one_percent_is_the_same(tmp_path: Path) -> None:
+    good = tree(tmp_path, "node1")
+    path = tmp_path / "good.json"
+    baseline.save({"node1": values_of(good)}, path, str(good))
+    scale_memtotal(good, 0.997)  # a firmware or kernel update reserving a few MiB more
+    found = baseline.compare(baseline.load(path), values_of(good), "node1")
+    assert MEMTOTAL not in warnings(found)
+    assert [f.status for f in found] == [Status.OK]
+
+
+def test_only_checks_run_both_times_are_compared(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "good.json"
+    baseline.save({"vm": vm_values}, path, "vm")
+    kernel_only = values_of(VM, ("kernel",))
+    assert not any(k.startswith("check.numa.") for k in kernel_only)
+    found = baseline.compare(baseline.load(path), kernel_only, "vm")
+    assert [f.status for f in found] == [Status.OK]
+    # ... but a value of a check that ran both times is still compared.
+    changed = {**kernel_only, SWAPPINESS: 1.0}
+    assert list(warnings(baseline.compare(baseline.load(path), changed, "vm"))) == [SWAPPINESS]
+
+
+def test_missing_and_new_keys(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "good.json"
+    baseline.save({"vm": vm_values}, path, "vm")
+    now = dict(vm_values)
+    del now["topology.cores"]
+    now["nics[eth9].mtu"] = 9000
+    warned = warnings(baseline.compare(baseline.load(path), now, "vm"))
+    assert set(warned) == {"topology.cores", "nics[eth9].mtu"}
+    assert warned["topology.cores"].evidence == {"topology.cores": "(absent)"}
+    assert warned["topology.cores"].expected.startswith("2")
+    assert "new since the baseline" in warned["nics[eth9].mtu"].summary
+    assert warned["nics[eth9].mtu"].expected.startswith("absent")
+
+
+def test_readings_and_statuses_are_not_compared(tmp_path: Path) -> None:
+    """A GPU's temperature and idle clocks change from minute to minute (fleet.host_values leaves
+    them out); a finding's status is the check's own verdict. Neither makes a node differ from its
+    baseline."""
+    where = "nvidia-smi -q -x: GPU0 0000:07:00.0"
+
+    def values(summary: str, status: str, temperature: str | None) -> dict[str, Value]:
+        findings: list[dict[str, Any]] = [
+            {"check_id": "gpu", "subject": "gpus", "status": status, "evidence": {where: summary}}
+        ]
+        if temperature is not None:
+            evidence = {"nvidia-smi -q -x: GPU0 temperature": temperature}
+            findings.append({"check_id": "gpu", "subject": "GPU0", "status": "OK", "evidence": evidence})
+        return fleet.host_values(None, findings)
+
+    then = values("NVIDIA A100-SXM4-80GB, 31 C, 400 W cap, ECC on, clocks: GPU idle", "OK", "80 C")
+    path = tmp_path / "gpu.json"
+    baseline.save({"gpu1": then}, path, "test")
+    now = values("NVIDIA A100-SXM4-80GB, 44 C, 400 W cap, ECC on", "WARN", None)
+    assert [f.status for f in baseline.compare(baseline.load(path), now, "gpu1")] == [Status.OK]
+    capped = values("NVIDIA A100-SXM4-80GB, 44 C, 250 W cap, ECC on", "WARN", None)
+    assert list(warnings(baseline.compare(baseline.load(path), capped, "gpu1"))) == [
+        f"check.gpu.gpus.{where}"
+    ]
+
+
+# --- A fleet ---------------------------------------------------------------------------------------
+
+
+def test_a_fleet_baseline_expects_the_majority(tmp_path: Path) -> None:
+    roots = {name: tree(tmp_path, name) for name in ("node1", "node2", "node3")}
+    set_swappiness(roots["node3"], 10)  # the odd one out when the baseline was recorded
+    path = tmp_path / "fleet.json"
+    baseline.save({name: values_of(root) for name, root in roots.items()}, path, "fleet")
+    fleet_baseline = baseline.load(path)
+    assert set(fleet_baseline.hosts) == {"node1", "node2", "node3"}
+    # node1 is as the majority was; node3 still differs from it, and is told so.
+    assert [f.status for f in baseline.compare(fleet_baseline, values_of(roots["node1"]), "node1")] == [
+        Status.OK
+    ]
+    odd = warnings(baseline.compare(fleet_baseline, values_of(roots["node3"]), "node3"))
+    assert list(odd) == [SWAPPINESS]
+    assert odd[SWAPPINESS].expected.startswith("60 (on 2 of 3 baseline hosts)")
+    # A new node joining with the majority's value passes.
+    newcomer = tree(tmp_path, "node4")
+    assert [f.status for f in baseline.compare(fleet_baseline, values_of(newcomer), "node4")] == [Status.OK]
+
+
+def test_a_split_fleet_sets_no_expectation(tmp_path: Path) -> None:
+    roots = {name: tree(tmp_path, name) for name in ("node1", "node2")}
+    set_swappiness(roots["node2"], 10)
+    path = tmp_path / "split.json"
+    baseline.save({name: values_of(root) for name, root in roots.items()}, path, "fleet")
+    split = baseline.load(path)
+    assert SWAPPINESS in split.reference.unsettled
+    set_swappiness(roots["node1"], 30)  # neither half's value: still nothing to compare it with
+    found = baseline.compare(split, values_of(roots["node1"]), "node1")
+    assert [f.status for f in found] == [Status.OK]
+    assert "not compared" in found[0].summary
+
+
+def test_fleet_memory_is_compared_with_the_median(tmp_path: Path) -> None:
+    """Identical nodes differ by a few MiB of firmware reservations: no exact majority, but the
+    median holds them together and a node missing a tenth of its memory stands out."""
+    roots = {name: tree(tmp_path, name) for name in ("node1", "node2", "node3")}
+    scale_memtotal(roots["node2"], 0.9995)
+    scale_memtotal(roots["node3"], 1.0004)
+    path = tmp_path / "fleet.json"
+    baseline.save({name: values_of(root) for name, root in roots.items()}, path, "fleet")
+    loaded = baseline.load(path)
+    assert loaded.reference.expected[MEMTOTAL].median
+    short = tree(tmp_path, "node4")
+    scale_memtotal(short, 0.998)
+    assert MEMTOTAL not in warnings(baseline.compare(loaded, values_of(short), "node4"))
+    scale_memtotal(short, 0.9)
+    warned = warnings(baseline.compare(loaded, values_of(short), "node4"))
+    assert MEMTOTAL in warned and "median of 3 baseline hosts" in warned[MEMTOTAL].expected
+
+
+# --- Files -----------------------------------------------------------------------------------------
+
+
+def one_line_error(path: Path) -> str:
+    with pytest.raises(UsageError) as e:
+        baseline.load(path)
+    message = str(e.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_a_corrupt_baseline_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_text('{\n "version": 1,\n "hosts": {"a": {"x": 1,}}\n}\n')
+    assert "line 3" in one_line_error(path) and "not JSON" in one_line_error(path)
+
+
+def test_a_missing_baseline_says_how_to_record_one(tmp_path: Path) -> None:
+    assert "nodeagent baseline save" in one_line_error(tmp_path / "nope.json")
+
+
+def test_a_baseline_of_another_version_is_refused(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "b.json"
+    baseline.save({"vm": vm_values}, path, "vm")
+    doc = json.loads(path.read_text())
+    doc["version"] = 99
+    path.write_text(json.dumps(doc, indent=1))
+    message = one_line_error(path)
+    assert "version" in message and "99" in message and "line 2" in message
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"version": 1, "hosts": {"a": {"k": [1, 2]}}}, "hosts.a.k"),
+        ({"version": 1, "hosts": {"a": 3}}, "hosts.a"),
+        ({"version": 1, "hosts": {}}, "hosts"),
+        ([1, 2], "not a nodeagent baseline"),
+    ],
+)
+def test_a_malformed_baseline_names_the_field(tmp_path: Path, doc: object, field: str) -> None:
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(doc, indent=1))
+    assert field in one_line_error(path)
+
+
+def test_save_replaces_the_file_whole(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "b.json"
+    path.write_text("old")
+    baseline.save({"vm": vm_values, "vm2": vm_values}, path, "two")
+    doc = json.loads(path.read_text())
+    assert doc["version"] == baseline.VERSION and doc["nodeagent"] and doc["recorded_at"]
+    assert sorted(doc["hosts"]) == ["vm", "vm2"] and doc["source"] == "two"
+    assert [p.name for p in tmp_path.iterdir()] == ["b.json"]  # no temporary file left behind
+    assert path.stat().st_mode & 0o777 == 0o644
+    with pytest.raises(UsageError, match="does not exist"):
+        baseline.save({"vm": vm_values}, tmp_path / "no" / "b.json", "vm")
+    with pytest.raises(UsageError, match="no host"):
+        baseline.save({}, path, "none")

@@ -1,0 +1,153 @@
+"""`nodeagent preflight`: the gate's verdict and exit code, its time budget (a hung check is cut and
+named, never waited for), its outputs, and `--playbook`/`--baseline` on `check`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent import checks
+from nodeagent.check import Check, NoParams
+from nodeagent.finding import Finding, Status
+from nodeagent.host import Host
+
+VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+
+
+def nodeagent(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from nodeagent.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(list(args))
+    out = capsys.readouterr()
+    code = e.value.code
+    return (code if isinstance(code, int) else 0), out.out, out.err
+
+
+def test_a_recorded_node_is_judged_by_the_preflight_playbook() -> None:
+    proc = nodeagent("preflight", "--root", str(VM), "--format", "json")
+    doc = json.loads(proc.stdout)
+    assert doc["playbook"] == "preflight"
+    assert doc["verdict"]["fail_on"] in ("warn", "fail")
+    assert all("duration_s" in c for c in doc["checks"])
+    assert doc["timed_out"] == []
+    refused = not doc["verdict"]["allowed"]
+    assert (proc.returncode != 0) == refused, (proc.returncode, doc["verdict"])
+    # --fail-on warn refuses what has warnings (this VM has some: small memlock, nofile)
+    strict = nodeagent("preflight", "--root", str(VM), "--fail-on", "warn", "--format", "json")
+    assert strict.returncode != 0 and not json.loads(strict.stdout)["verdict"]["allowed"]
+
+
+def test_slurm_format_is_one_line() -> None:
+    proc = nodeagent("preflight", "--root", str(VM), "--fail-on", "warn", "--format", "slurm")
+    assert proc.returncode != 0
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nodeagent")
+
+
+def test_outputs_are_written_in_every_format(tmp_path: Path) -> None:
+    outs = {
+        fmt: tmp_path / f"run.{fmt}" for fmt in ("json", "junit", "prometheus", "markdown", "html", "slurm")
+    }
+    args = [a for fmt, path in outs.items() for a in ("--output", f"{fmt}:{path}")]
+    proc = nodeagent("preflight", "--root", str(VM), *args)
+    assert proc.returncode in (0, 1, 2, 3), proc.stderr
+    for fmt, path in outs.items():
+        assert path.stat().st_size > 0, fmt
+    assert json.loads(outs["json"].read_text())["playbook"] == "preflight"
+    assert "<testsuite" in outs["junit"].read_text()
+    assert "nodeagent_check_status" in outs["prometheus"].read_text()
+
+
+def test_a_bad_output_is_refused_before_running(tmp_path: Path) -> None:
+    proc = nodeagent("preflight", "--root", str(VM), "--output", f"yaml:{tmp_path / 'x'}")
+    assert proc.returncode == 64 and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def hanging_check(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A check that never returns until released, added to the registry for this test."""
+    release = threading.Event()
+
+    def collect(host: Host) -> object:
+        release.wait(120)
+        return None
+
+    def evaluate(facts: object, params: NoParams) -> list[Finding]:
+        return [Finding("hangs", Status.OK, "released")]
+
+    hang: Check[object, NoParams] = Check("hangs", "A check that hangs", (), collect, evaluate, NoParams)
+    real = checks.all_checks
+
+    monkeypatch.setattr(checks, "all_checks", lambda: (*real(), hang))
+    yield hang
+    release.set()
+
+
+def test_a_hung_check_is_cut_at_the_budget_and_named(
+    hanging_check: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pb = tmp_path / "gate.yml"
+    pb.write_text(
+        "description: a gate with a check that hangs\nbudget_s: 0.5\nchecks:\n  kernel: {}\n  hangs: {}\n"
+    )
+    code, out, _ = in_process(
+        capsys, "preflight", "--root", str(VM), "--playbook", str(pb), "--format", "json"
+    )
+    doc = json.loads(out)
+    assert doc["timed_out"] == ["hangs"]
+    hung = next(c for c in doc["checks"] if c["id"] == "hangs")
+    assert hung["timed_out"] and hung["status"] == "UNKNOWN"
+    assert not doc["verdict"]["allowed"] and "hangs" in doc["verdict"]["reason"]
+    assert code == 3  # UNKNOWN: the gate could not see
+    assert doc["duration_s"] < 30  # answered at the budget, not when the check would have returned
+
+
+def test_check_with_a_playbook_adds_its_thresholds(tmp_path: Path) -> None:
+    pb = tmp_path / "thp.yml"
+    pb.write_text(
+        "description: THP must be always\n"
+        "checks:\n  hugepages: {}\n"
+        "thresholds:\n  - {value: hugepages.thp_enabled, equals: always, severity: fail, why: test}\n"
+    )
+    proc = nodeagent("check", "--root", str(VM), "--playbook", str(pb), "--format", "json")
+    doc = json.loads(proc.stdout)
+    assert {c["id"] for c in doc["checks"]} == {"hugepages", "playbook"}
+    rule = next(f for f in doc["findings"] if f["check_id"] == "playbook")
+    assert rule["status"] == "FAIL" and rule["evidence"] == {"hugepages.thp_enabled": "madvise"}
+    assert proc.returncode == 2
+
+
+def test_baseline_save_and_compare(tmp_path: Path) -> None:
+    base = tmp_path / "good.json"
+    proc = nodeagent("baseline", "save", str(base), "--root", str(VM))
+    assert proc.returncode == 0, proc.stderr
+    same = nodeagent(
+        "check", "--root", str(VM), "--baseline", str(base), "--only", "kernel", "--format", "json"
+    )
+    found = [f for f in json.loads(same.stdout)["findings"] if f["check_id"] == "baseline"]
+    assert found and all(f["status"] == "OK" for f in found)
+    missing = nodeagent("check", "--root", str(VM), "--baseline", str(tmp_path / "nope.json"))
+    assert missing.returncode == 64 and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_playbooks_list_and_show() -> None:
+    listing = nodeagent("playbooks")
+    assert listing.returncode == 0
+    for name in ("preflight", "gpu-training", "cpu-training", "tune-tf"):
+        assert name in listing.stdout
+    shown = nodeagent("playbooks", "show", "gpu-training", "--format", "json")
+    doc = json.loads(shown.stdout)
+    assert doc["checks"] and doc["thresholds"]
