@@ -227,3 +227,17 @@ def test_the_real_tui_in_a_real_terminal(tmp_path: Path) -> None:
         while term.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not term.alive(), term.screen()
+
+
+def test_a_playbook_chooses_the_checks_and_adds_its_thresholds() -> None:
+    from nodeagent.playbook import load_playbook
+
+    pb = load_playbook("cpu-training")
+    app = make_app(LocalBackend(root=str(VM), playbook=pb), start="checks")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert set(app.results) == {*pb.checks, "playbook"}
+        assert any(f.check_id == "playbook" for f in app.results["playbook"].findings)
+
+    drive(app, steps)

@@ -152,12 +152,13 @@ def main() -> int:
         doc_inv = yaml.safe_load(inv.read_text())
         with_dead = work / "with-dead.yml"
         with_dead.write_text(yaml.safe_dump({**doc_inv, "hosts": [*doc_inv["hosts"], dead_entry]}))
-        dmed, _, dout = median_of(
+        dmed, dtimes, dout = median_of(
             args.runs, [NODEAGENT, "check", "--cluster", str(with_dead), "--format", "json"]
         )
         dead = check_doc(dout)["hosts"]["dead"]
         print(
-            f"... plus 1 dead host (connect_timeout 2 s): {dmed:.2f} s, {dmed - med:+.2f} s; "
+            f"... plus 1 dead host (connect_timeout 2 s): {dmed:.2f} s, {dmed - med:+.2f} s "
+            f"(runs: {shown(dtimes)}); "
             f"the dead host: {dead['error']['kind']} after {dead['duration_s']:.2f} s"
         )
         alone = work / "dead-alone.yml"
