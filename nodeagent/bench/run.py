@@ -729,6 +729,18 @@ def _num(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
+# The columns of config_rows, with how each is aligned (the CLI's table and the TUI's share them).
+CONFIG_COLUMNS = (
+    ("config", "left"),
+    ("status", "left"),
+    ("median", "right"),
+    ("95% CI", "right"),
+    ("of bound", "right"),
+    ("input wait", "right"),
+    ("diagnosis", "left"),
+)
+
+
 def config_rows(configs: Mapping[str, ConfigResult]) -> list[list[str]]:
     """Rows of the configs table: name, status, median, 95% CI (+-%), fraction of bound, wait, diagnosis."""
     rows = []
@@ -767,15 +779,7 @@ def print_table(result: BenchResult) -> None:
         ),
         title_justify="left",
     )
-    for col, justify in (
-        ("config", "left"),
-        ("status", "left"),
-        ("median", "right"),
-        ("95% CI", "right"),
-        ("of bound", "right"),
-        ("input wait", "right"),
-        ("diagnosis", "left"),
-    ):
+    for col, justify in CONFIG_COLUMNS:
         t.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in config_rows(result.configs):
         style = {OK: "", FAILED: "bold red", SKIPPED: "dim"}[row[1]]

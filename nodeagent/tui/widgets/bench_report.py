@@ -147,16 +147,10 @@ def results_table(result: run.BenchResult) -> Table:
         box=box.SIMPLE_HEAD,  # no vertical rules: the six columns fit in 80 characters
         pad_edge=False,
     )
-    for col, justify in (
-        ("config", "left"),
-        ("status", "left"),
-        ("median", "right"),
-        ("95% CI", "right"),
-        ("of bound", "right"),
-        ("wait", "right"),  # the share of the loop spent waiting on input
-    ):
+    # The CLI's columns, less the diagnosis, and "input wait" as "wait" (the caption says what it is).
+    for name, justify in run.CONFIG_COLUMNS[:6]:
         # Nothing wraps (a CI split over two lines reads as two numbers): about 70 columns in all.
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        table.add_column("wait" if name == "input wait" else name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in run.config_rows(result.configs):
         table.add_row(*row[:6], style=STATUS_STYLE.get(row[1], ""))
     return table
