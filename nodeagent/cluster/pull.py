@@ -23,7 +23,7 @@ from nodeagent import __version__
 _PACKAGES = ("nodeagent", "nodeagent.host")
 _MODULES = ("nodeagent.host.base", "nodeagent.host.tree", "nodeagent.host.local", "nodeagent.snapshot")
 
-# Runs on the node as `python3 -I -c BOOTSTRAP`, the payload on its standard input (not in argv:
+# Runs on the node as `python3 -I -S -c BOOTSTRAP`, the payload on its standard input (not in argv:
 # the node's process list and every snapshot of it stay small). Modules are registered in
 # sys.modules before their code runs, as the import system does (dataclasses look theirs up).
 BOOTSTRAP = (
@@ -58,5 +58,6 @@ def payload(patterns: Sequence[str], commands: Sequence[Sequence[str]], command_
 
 def command(python: str) -> str:
     """The remote shell command line: every word quoted, the interpreter included (it comes from
-    the inventory). `-I`: no user site-packages or PYTHON* variables can change what runs."""
-    return shlex.join([python, "-I", "-c", BOOTSTRAP])
+    the inventory). `-I`: no user site-packages or PYTHON* variables can change what runs; `-S`: no
+    `site` either (the recorder needs the standard library only, and every node pays the import)."""
+    return shlex.join([python, "-I", "-S", "-c", BOOTSTRAP])
