@@ -241,3 +241,15 @@ def test_a_playbook_chooses_the_checks_and_adds_its_thresholds() -> None:
         assert any(f.check_id == "playbook" for f in app.results["playbook"].findings)
 
     drive(app, steps)
+
+
+def test_the_bench_screen_on_a_recording_says_it_measures_this_machine() -> None:
+    app = make_app(LocalBackend(root=str(VM)), start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("b")
+        await settle(pilot)
+        assert any("not a recording" in n for n in notifications(app))
+
+    drive(app, steps)

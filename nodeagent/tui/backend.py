@@ -155,10 +155,14 @@ class LocalBackend:
         import importlib.util
 
         from nodeagent.bench import run
+        from nodeagent.errors import UsageError
 
+        if self.root not in (None, "/"):
+            raise UsageError(
+                f"the benchmark measures the machine it runs on, not a recording ({self.root}): "
+                "start `nodeagent tui` without --root on the node to benchmark it"
+            )
         if importlib.util.find_spec("tensorflow") is None:
-            from nodeagent.errors import UsageError
-
             raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
         settings = self.playbook.bench if self.playbook else None
         repeats = settings.repeats if settings else None
