@@ -555,7 +555,7 @@ def bench(
     "--local-rank",
     type=click.IntRange(min=0),
     help="This process's rank on the node (default: LOCAL_RANK, SLURM_LOCALID, "
-    "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, else 0).",
+    "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, HOROVOD_LOCAL_RANK, else 0).",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Print the command, environment and binding as JSON; run nothing."
