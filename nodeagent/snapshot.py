@@ -16,9 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import posixpath
 import re
-import socket
 import struct
 import sys
 import threading
@@ -27,8 +25,10 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
+from nodeagent.host import globwalk
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
-from nodeagent.host.local import LocalHost
+from nodeagent.host.local import LocalHost, TreeHost
+from nodeagent.host.tree import DIR, LINK
 
 if TYPE_CHECKING:  # on a node, every import is start-up time paid per host: tarfile & co. load lazily
     import tarfile
@@ -36,11 +36,16 @@ if TYPE_CHECKING:  # on a node, every import is start-up time paid per host: tar
 
 COMMAND_TIMEOUT_S = 30.0
 
-# /proc/<pid>/environ: only what the checks and tuners look at.
+# /proc/<pid>/environ: only what the checks and tuners look at. Whole NUL-separated items are
+# matched in the raw bytes: as root a node's processes hold thousands of variables, and splitting and
+# decoding each one cost more than reading every file of the recording.
 _ENV_KEEP = re.compile(
-    r"^(OMP_|KMP_|GOMP_|TF_|MKL_|OPENBLAS_|CUDA_|NCCL_|NVIDIA_|HOROVOD_|LOCAL_RANK$|RANK$|WORLD_SIZE$"
-    r"|LOCAL_WORLD_SIZE$|SLURM_(LOCALID|NTASKS|CPUS_ON_NODE|CPUS_PER_TASK|JOB_CPUS_PER_NODE)$"
-    r"|OMPI_COMM_WORLD_LOCAL_(RANK|SIZE)$|MPI_LOCALNRANKS$|SLURM_NTASKS_PER_NODE$)"
+    rb"(?<![^\0])"  # an item's start
+    rb"(?:(?:OMP_|KMP_|GOMP_|TF_|MKL_|OPENBLAS_|CUDA_|NCCL_|NVIDIA_|HOROVOD_)[^\0=]*"
+    rb"|LOCAL_RANK|RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_NTASKS_PER_NODE"
+    rb"|SLURM_(?:LOCALID|NTASKS|CPUS_ON_NODE|CPUS_PER_TASK|JOB_CPUS_PER_NODE)"
+    rb"|OMPI_COMM_WORLD_LOCAL_(?:RANK|SIZE)|MPI_LOCALNRANKS)"
+    rb"(?:=[^\0]*)?(?![^\0])"  # the value, to the item's end
 )
 _SECRET_ARG = re.compile(r"(?i)(pass(word)?|secret|token|api[_-]?key|credential|auth)")
 
@@ -55,9 +60,7 @@ class Recording:
 
 
 def _filter_environ(data: bytes) -> bytes:
-    kept = [
-        item for item in data.split(b"\0") if _ENV_KEEP.match(item.split(b"=", 1)[0].decode(errors="replace"))
-    ]
+    kept = _ENV_KEEP.findall(data)
     return b"\0".join(kept) + (b"\0" if kept else b"")
 
 
@@ -89,93 +92,15 @@ def _sanitize(path: str, data: bytes) -> bytes:
     return data
 
 
-def _record_path(host: Host, path: str, rec: Recording) -> None:
-    """Record `path` and every link on the way to it, so that it resolves the same in the tree."""
-    parts = [p for p in path.split("/") if p]
-    current = "/"
-    for i, comp in enumerate(parts):
-        candidate = posixpath.join(current, comp)
-        # /proc/self is nodeagent itself while recording: keep it as a folder, not a link to a pid.
-        target = None if candidate == "/proc/self" else host.readlink(candidate)
-        if target is not None:
-            rec.links[candidate] = target
-            resolved = host.realpath(candidate)
-            if resolved is None:
-                return  # a dangling link: recorded as such
-            _record_path(host, posixpath.join(resolved, *parts[i + 1 :]), rec)
-            return
-        current = candidate
-    if host.is_dir(current):
-        rec.dirs.add(current)
-        return
-    data = host.read_bytes(current)
-    if data is not None:
-        rec.files[current] = _sanitize(current, data)
-
-
-class _Cached(Host):
-    """`host` with its directory listings and link lookups remembered for one recording: the
-    declared globs share deep prefixes (each cgroup file pattern walks the same six levels of
-    /sys/fs/cgroup), and walking them once instead of per pattern made recording 4x cheaper."""
-
-    def __init__(self, host: Host) -> None:
-        super().__init__()
-        self.host = host
-        self.name = host.name
-        self._lists: dict[str, list[str] | None] = {}
-        self._links: dict[str, str | None] = {}
-        self._real: dict[str, str | None] = {}
-        self._dirs: dict[str, bool] = {}
-        self._present: dict[str, set[str]] = {}
-
-    def read(self, path: str) -> str | None:
-        return self.host.read(path)
-
-    def read_bytes(self, path: str) -> bytes | None:
-        return self.host.read_bytes(path)
-
-    def listdir(self, path: str) -> list[str] | None:
-        if path not in self._lists:
-            self._lists[path] = self.host.listdir(path)
-        return self._lists[path]
-
-    def readlink(self, path: str) -> str | None:
-        if path not in self._links:
-            self._links[path] = self.host.readlink(path)
-        return self._links[path]
-
-    def realpath(self, path: str) -> str | None:
-        if path not in self._real:
-            self._real[path] = self.host.realpath(path)
-        return self._real[path]
-
-    def lexists(self, path: str) -> bool:
-        """From the parent's (remembered) listing: the globs ask this of every file name in every
-        folder they reach, and a set lookup beats an lstat per question."""
-        parent, _, name = path.rstrip("/").rpartition("/")
-        parent = parent or "/"
-        if parent not in self._present:
-            self._present[parent] = set(self.listdir(parent) or ())
-        return name in self._present[parent]
-
-    def is_dir(self, path: str) -> bool:
-        if path not in self._dirs:
-            self._dirs[path] = self.host.is_dir(path)
-        return self._dirs[path]
-
-    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
-        return self.host.run(argv, timeout)
-
-
 def record(
-    host: Host,
+    host: TreeHost,
     patterns: Iterable[str],
     commands: Iterable[Sequence[str]],
     command_timeout: float = COMMAND_TIMEOUT_S,
 ) -> Recording:
+    """Every file, folder and link `patterns` reach on `host`, and the `commands`' outputs."""
     rec = Recording()
     argvs = [tuple(a) for a in commands]
-    host = _Cached(host)
     results: dict[tuple[str, ...], CmdResult] = {}
 
     def run(argv: tuple[str, ...]) -> None:
@@ -185,9 +110,14 @@ def record(
     threads = [threading.Thread(target=run, args=(argv,), daemon=True) for argv in argvs]
     for t in threads:
         t.start()
-    for pattern in patterns:
-        for path in host.glob(pattern):
-            _record_path(host, path, rec)
+    # /proc/self is nodeagent itself while recording: kept as a folder, not a link to a pid.
+    for kind, path, value in globwalk.walk(host.tree, patterns, as_folders=("/proc/self",)):
+        if kind == LINK:
+            rec.links[path] = str(value)
+        elif kind == DIR:
+            rec.dirs.add(path)
+        elif isinstance(value, bytes):  # None: unreadable, left out
+            rec.files[path] = _sanitize(path, value)
     for t in threads:
         t.join()
     for argv in argvs:
@@ -254,7 +184,7 @@ def metadata(
     host: Host, patterns: Sequence[str], commands: Sequence[Sequence[str]], version: str
 ) -> dict[str, object]:
     return {
-        "hostname": host.read_value("/proc/sys/kernel/hostname") or socket.gethostname(),
+        "hostname": host.read_value("/proc/sys/kernel/hostname") or os.uname().nodename,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "nodeagent": version,
         "paths": list(patterns),
@@ -263,7 +193,7 @@ def metadata(
 
 
 def snapshot(
-    host: Host, patterns: Sequence[str], commands: Sequence[Sequence[str]], output: Path
+    host: TreeHost, patterns: Sequence[str], commands: Sequence[Sequence[str]], output: Path
 ) -> Recording:
     from nodeagent import __version__
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent import checks, engine, snapshot
 from nodeagent.check import declared_commands, declared_paths
@@ -62,3 +66,60 @@ def test_commands_are_recorded_with_their_failures(tmp_path: Path) -> None:
     assert ok.ok and ok.stdout == LocalHost().run(["uname", "-r"]).stdout
     missing = host.run(["no-such-tool-xyz", "--version"])
     assert missing.exited == 127
+
+
+# -- what leaves the node: process environments and command lines ------------------------------------
+
+# The recorder's filter before it matched raw bytes: variable by variable, on the decoded name.
+_KEEP_BY_NAME = re.compile(
+    r"^(OMP_|KMP_|GOMP_|TF_|MKL_|OPENBLAS_|CUDA_|NCCL_|NVIDIA_|HOROVOD_|LOCAL_RANK$|RANK$|WORLD_SIZE$"
+    r"|LOCAL_WORLD_SIZE$|SLURM_(LOCALID|NTASKS|CPUS_ON_NODE|CPUS_PER_TASK|JOB_CPUS_PER_NODE)$"
+    r"|OMPI_COMM_WORLD_LOCAL_(RANK|SIZE)$|MPI_LOCALNRANKS$|SLURM_NTASKS_PER_NODE$)"
+)
+
+
+def _kept_by_name(data: bytes) -> bytes:
+    kept = [item for item in data.split(b"\0") if _KEEP_BY_NAME.match(item.split(b"=", 1)[0].decode())]
+    return b"\0".join(kept) + (b"\0" if kept else b"")
+
+
+_NAMES = st.sampled_from(
+    [
+        "OMP_NUM_THREADS",
+        "RANK",
+        "RANKS",
+        "XRANK",
+        "LOCAL_RANK",
+        "TF_",
+        "AWS_SECRET_ACCESS_KEY",
+        "PATH",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_JOB_ID",
+        "NCCL_DEBUG",
+        "MPI_LOCALNRANKS",
+        "",
+        "=",
+        "A",
+    ]
+)
+_VALUES = st.text(alphabet="ab=1 _", max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_NAMES, st.booleans(), _VALUES), max_size=8), st.booleans())
+def test_only_the_variables_the_checks_read_leave_the_node(
+    items: list[tuple[str, bool, str]], trailing_nul: bool
+) -> None:
+    data = b"\0".join(f"{n}={v}".encode() if eq else n.encode() for n, eq, v in items)
+    data += b"\0" if trailing_nul and items else b""
+    assert snapshot._filter_environ(data) == _kept_by_name(data)
+
+
+def test_secrets_are_left_out_of_environments_and_command_lines() -> None:
+    env = b"PATH=/usr/bin\0AWS_SECRET_ACCESS_KEY=xyz\0OMP_NUM_THREADS=8\0RANK=3\0RANKS=9\0"
+    assert snapshot._filter_environ(env) == b"OMP_NUM_THREADS=8\0RANK=3\0"
+    cmdline = b"python\0train.py\0--password\0hunter2\0--api-key=abc\0--epochs\0003"
+    assert snapshot._redact_cmdline(cmdline) == (
+        b"python\0train.py\0--password\0REDACTED\0--api-key=REDACTED\0--epochs\0003"
+    )

@@ -21,7 +21,13 @@ from nodeagent import __version__
 
 # Loaded in this order on the node: each imports only the standard library and those before it.
 _PACKAGES = ("nodeagent", "nodeagent.host")
-_MODULES = ("nodeagent.host.base", "nodeagent.host.tree", "nodeagent.host.local", "nodeagent.snapshot")
+_MODULES = (
+    "nodeagent.host.base",
+    "nodeagent.host.tree",
+    "nodeagent.host.globwalk",
+    "nodeagent.host.local",
+    "nodeagent.snapshot",
+)
 
 # Runs on the node as `python3 -I -S -c BOOTSTRAP`, the payload on its standard input (not in argv:
 # the node's process list and every snapshot of it stay small). Modules are registered in

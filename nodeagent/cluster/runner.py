@@ -14,6 +14,7 @@ Jobs:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -117,6 +118,14 @@ class CheckJob:
         commands = sorted({*declared_commands(self.checks), *node.COMMANDS})
         return patterns, commands
 
+    @functools.cached_property
+    def pull_payload(self) -> bytes:
+        """What every node is sent (the same for all: built once, not once per host)."""
+        from nodeagent.cluster import pull
+
+        patterns, commands = self.declared()
+        return pull.payload(patterns, commands, COMMAND_TIMEOUT_S)
+
     def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome:
         if self.remote_agent:
             ids = ",".join(c.id for c in self.checks)
@@ -136,11 +145,9 @@ class CheckJob:
         from nodeagent.cluster import pull
         from nodeagent.facts import node
         from nodeagent.host import SnapshotHost
-        from nodeagent.host.tree import MemoryTree
+        from nodeagent.host.archive import MemoryTree
 
-        patterns, commands = self.declared()
-        script = pull.payload(patterns, commands, COMMAND_TIMEOUT_S)
-        out = ssh.run(conn, pull.command(spec.python), spec.command_timeout, stdin=script)
+        out = ssh.run(conn, pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
         if out.exited != 0 or not out.stdout:
             err = out.stderr.decode(errors="replace").strip().splitlines()
             last = err[-1] if err else f"exit {out.exited}"

@@ -19,7 +19,7 @@ import shlex
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +92,13 @@ class HostKeys:
 
     files: tuple[Path, ...]
     accept_new: bool = False
+    # Each file is parsed once per run, not once per host: paramiko builds a key object per line
+    # (27 us each here), and a site's known_hosts holds a line per node, so 2,000 nodes parsed it
+    # 2,000 times: 4 million lines.
+    _parsed: dict[Path, paramiko.HostKeys] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @classmethod
     def default(cls, inventory_file: str | None, accept_new: bool) -> HostKeys:
@@ -99,20 +106,35 @@ class HostKeys:
         files = [Path(inventory_file).expanduser()] if inventory_file else [user]
         return cls((*files, Path(SYSTEM_KNOWN_HOSTS)), accept_new)
 
-    def install(self, client: paramiko.SSHClient, ssh_config: dict[str, Any]) -> None:
-        files = list(self.files)
-        # ~/.ssh/config's UserKnownHostsFile for this host, as OpenSSH would use it.
-        extra = ssh_config.get("userknownhostsfile")
-        if extra:
-            files[:0] = [Path(os.path.expanduser(p)) for p in str(extra).split()]
-        for path in files:
-            if path.is_file():
+    def _load(self, path: Path) -> paramiko.HostKeys:
+        with self._lock:
+            if path not in self._parsed:
+                parsed = paramiko.HostKeys()
                 try:
-                    client.get_host_keys().load(str(path))
+                    parsed.load(str(path))
                 except (OSError, paramiko.SSHException, ValueError) as e:
                     raise HostError(HOST_KEY, f"cannot read known_hosts file {path}: {e}") from None
+                self._parsed[path] = parsed
+            return self._parsed[path]
+
+    def install(self, conn: Connection) -> None:
+        """Give `conn`'s client the known keys of its host, and the policy for an unknown one."""
+        files = list(self.files)
+        # ~/.ssh/config's UserKnownHostsFile for this host, as OpenSSH would use it.
+        extra = conn.ssh_config.get("userknownhostsfile")
+        if extra:
+            files[:0] = [Path(os.path.expanduser(p)) for p in str(extra).split()]
+        # The name paramiko looks the server's key up by (SSHClient.connect); per key type, the first
+        # file that has one wins, as when paramiko loads the files into one HostKeys itself.
+        name = conn.host if conn.port in (None, 22) else f"[{conn.host}]:{conn.port}"
+        known = conn.client.get_host_keys()
+        for path in files:
+            if path.is_file():
+                for keytype, key in (self._load(path).lookup(name) or {}).items():
+                    if keytype not in (known.lookup(name) or {}):
+                        known.add(name, keytype, key)
         policy = _AcceptNew(files[0]) if self.accept_new else _RejectUnknown()
-        client.set_missing_host_key_policy(policy)
+        conn.client.set_missing_host_key_policy(policy)
 
 
 def connection(spec: HostSpec, keys: HostKeys) -> Connection:
@@ -138,7 +160,7 @@ def connection(spec: HostSpec, keys: HostKeys) -> Connection:
             connect_timeout=max(1, math.ceil(spec.connect_timeout)),
             connect_kwargs=dict(kwargs),
         )
-        keys.install(gateway.client, dict(gateway.ssh_config))
+        keys.install(gateway)
     conn = Connection(
         spec.address,
         user=spec.user,
@@ -149,7 +171,7 @@ def connection(spec: HostSpec, keys: HostKeys) -> Connection:
         connect_timeout=max(1, math.ceil(spec.connect_timeout)),
         connect_kwargs=kwargs,
     )
-    keys.install(conn.client, dict(conn.ssh_config))
+    keys.install(conn)
     return conn
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 from collections.abc import Sequence
 
 from nodeagent.host.base import CmdResult, Host
@@ -52,7 +50,7 @@ class LocalHost(TreeHost):
     def __init__(self, root: str = "/", name: str | None = None) -> None:
         super().__init__(LiveTree(root))
         self.root = root
-        self.name = name or socket.gethostname()
+        self.name = name or os.uname().nodename  # gethostname(2) is uname's nodename
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         args = tuple(argv)
@@ -60,6 +58,8 @@ class LocalHost(TreeHost):
         # records every declared command on every node of a fleet.
         if "/" not in args[0] and shutil.which(args[0]) is None:
             return CmdResult(args, "", f"{args[0]}: command not found", 127)
+        import subprocess  # here: a CPU node recorded by the agentless pull runs no tool at all
+
         # A fixed locale keeps tool output parseable (decimal points, English field names).
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         try:

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodeagent.errors import UsageError
+from nodeagent.host.archive import ArchiveTree, SubTree
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
 from nodeagent.host.local import LocalHost, TreeHost
-from nodeagent.host.tree import DIR, ArchiveTree, LiveTree, SubTree, Tree
+from nodeagent.host.tree import DIR, LiveTree, Tree
 
 _TREE_MARKERS = ("sys", "proc", COMMANDS_DIR)
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz2", ".tar")

@@ -1,26 +1,46 @@
-"""File trees a host reads: the live file system, a directory holding a copy, or a tar archive in memory.
+"""File trees a host reads: the Tree interface, and the live file system (or a directory holding a
+copy of one). Recorded trees held in memory are in nodeagent.host.archive.
 
 A recorded tree holds sysfs links such as `bus/pci/devices/X -> ../../../devices/pci0000:00/X`;
 they resolve against the tree, and an absolute or escaping link never reaches the real machine's
-files. Archives are read into memory rather than extracted: creating thousands of small files is
-slow on many disks (seconds for one hwloc tree here), reading them from memory is not.
+files.
+
+Runs on nodes too (the recorder, nodeagent.cluster.pull): standard library only, Python 3.8.
 """
 
 from __future__ import annotations
 
 import errno
-import io
 import os
 import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
-from typing import BinaryIO
 
 from nodeagent.host.base import MAX_READ_BYTES
 
 _MAX_LINKS = 40  # as the kernel's own limit on nested symbolic links (MAXSYMLINKS)
 
 FILE, DIR, LINK = "file", "dir", "link"
+
+
+# O_PATH (Linux): a handle on the path itself, no read permission needed; 0 elsewhere (a plain open).
+_O_PATH = getattr(os, "O_PATH", 0)
+
+
+_CHUNK = 1 << 16  # most sysfs and procfs files are one page; environ and mountinfo can be longer
+
+
+def _read_all(fd: int) -> bytes:
+    """Up to MAX_READ_BYTES from `fd`, until its end: sysfs and procfs files may return less than
+    asked before their end."""
+    chunks = []
+    size = 0
+    while size < MAX_READ_BYTES:
+        chunk = os.read(fd, min(_CHUNK, MAX_READ_BYTES - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def _decode(data: bytes) -> str:
@@ -104,6 +124,30 @@ class Tree(ABC):
         """`path` resolves, or is itself a link (dangling included)."""
         return self.resolve(path) is not None or self.readlink(path) is not None
 
+    # -- for walking many paths at once (nodeagent.host.globwalk) --------------------------------
+    def scan(self, folder: str) -> dict[str, str] | None:
+        """A folder's entries with their kinds (links not followed); None when it is not a folder."""
+        real = self.resolve(folder)
+        if real is None or self.kind(real) != DIR:
+            return None
+        prefix = real.rstrip("/") + "/"
+        found = {name: self.kind(prefix + name) for name in self.entries(real) or []}
+        return {name: kind for name, kind in found.items() if kind is not None}
+
+    def fetch(self, path: str) -> tuple[str, bytes | str | None] | None:
+        """What is at `path`, a link there not followed: (FILE, contents, or None when unreadable),
+        (DIR, None) or (LINK, target); None when nothing is."""
+        parent = self.resolve(posixpath.dirname(path) or "/")
+        if parent is None:
+            return None
+        entry = posixpath.join(parent, posixpath.basename(path))
+        kind = self.kind(entry)
+        if kind == LINK:
+            return LINK, self.link_target(entry)
+        if kind == FILE:
+            return FILE, self.file_bytes(entry)
+        return None if kind is None else (DIR, None)
+
     def write(self, path: str, value: str) -> None:
         raise PermissionError(errno.EROFS, "read-only tree", path)
 
@@ -134,17 +178,57 @@ class LiveTree(Tree):
 
     def file_bytes(self, path: str) -> bytes | None:
         try:
-            with open(self._outer(path), "rb") as f:
-                return f.read(MAX_READ_BYTES)
+            fd = os.open(self._outer(path), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             # EACCES, EIO, EINVAL, ENODEV: sysfs attributes a driver refuses to show read as absent.
             return None
+        try:
+            return _read_all(fd)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def entries(self, path: str) -> list[str] | None:
         try:
             return sorted(os.listdir(self._outer(path)))
         except OSError:
             return None
+
+    # The walk's primitives (Tree.scan, Tree.fetch) on `folder`s and parents it already resolved, so
+    # the kernel's view of the path is the tree's: no link is left on the way for it to follow.
+    def scan(self, folder: str) -> dict[str, str] | None:
+        try:
+            with os.scandir(self._outer(folder)) as it:
+                # DirEntry's kinds come from readdir's d_type on /sys and /proc: no stat per entry.
+                return {
+                    e.name: LINK if e.is_symlink() else DIR if e.is_dir(follow_symlinks=False) else FILE
+                    for e in it
+                }
+        except OSError:
+            return None
+
+    def fetch(self, path: str) -> tuple[str, bytes | str | None] | None:
+        outer = self._outer(path)
+        try:
+            # One system call answers the common case (a file: its contents follow); O_NOFOLLOW
+            # turns a link at the end into ELOOP instead of opening its target.
+            fd = os.open(outer, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.ENOTDIR):
+                return None
+            kind = self.kind(path)  # ELOOP (a link), EACCES (there, but not for us to read)
+            if kind == LINK:
+                return LINK, self.link_target(path)
+            return None if kind is None else (kind, None)
+        try:
+            return FILE, _read_all(fd)
+        except IsADirectoryError:
+            return DIR, None
+        except OSError:
+            return FILE, None
+        finally:
+            os.close(fd)
 
     # On "/" the kernel resolves the links on the way to a path: one system call, no walk.
     def lexists(self, path: str) -> bool:
@@ -167,16 +251,23 @@ class LiveTree(Tree):
     def resolve(self, path: str) -> str | None:
         if not self._live:
             return super().resolve(path)
-        real = os.path.realpath(path)  # the kernel's own resolution: fast, and exact for "/"
-        return real if os.path.lexists(real) else None
+        # The kernel's own resolution, exact for "/": the path it opened, as /proc/self/fd names it
+        # (three system calls; os.path.realpath makes an lstat per component).
+        try:
+            fd = os.open(path, _O_PATH | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # no /proc mounted
+            real = os.path.realpath(path)
+        finally:
+            os.close(fd)
+        return real if real.startswith("/") else None  # "anon_inode:..." and the like name no file
 
     def read_bytes(self, path: str) -> bytes | None:
         if self._live:  # one open() instead of a resolve walk: the hot path of every check
-            try:
-                with open(path, "rb") as f:
-                    return f.read(MAX_READ_BYTES)
-            except OSError:
-                return None
+            return self.file_bytes(path)
         return super().read_bytes(path)
 
     def read(self, path: str) -> str | None:
@@ -191,138 +282,3 @@ class LiveTree(Tree):
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         with open(self._outer(real), "w") as f:
             f.write(value)
-
-
-_MAX_ARCHIVE_BYTES = 1 << 30  # a snapshot is a few MB; refuse a decompression bomb
-
-
-def _decompressed(archive: str | bytes) -> bytes:
-    """The archive's tar bytes (from a file, or already in memory as pulled over SSH).
-    Decompressing in one go is ~20x faster than tarfile's stream reader."""
-    import bz2
-    import gzip
-    import lzma
-
-    raw: BinaryIO = io.BytesIO(archive) if isinstance(archive, bytes) else open(archive, "rb")  # noqa: SIM115
-    with raw:
-        head = raw.read(6)
-        raw.seek(0)
-        limit = _MAX_ARCHIVE_BYTES + 1
-        stream: io.BufferedIOBase | BinaryIO
-        if head.startswith(b"BZh"):
-            stream = bz2.BZ2File(raw)
-        elif head.startswith(b"\x1f\x8b"):
-            stream = gzip.GzipFile(fileobj=raw)
-        elif head.startswith(b"\xfd7zXZ"):
-            stream = lzma.LZMAFile(raw)  # noqa: SIM115 - closed with `raw`
-        else:
-            stream = raw
-        data = stream.read(limit)
-    if len(data) > _MAX_ARCHIVE_BYTES:
-        raise ValueError(f"larger than {_MAX_ARCHIVE_BYTES >> 20} MiB once decompressed")
-    return data
-
-
-class MemoryTree(Tree):
-    """A tree held in memory: folders, links and files by absolute path."""
-
-    def __init__(
-        self,
-        dirs: Iterable[str] = (),
-        links: Mapping[str, str] | None = None,
-        files: Mapping[str, bytes] | None = None,
-    ) -> None:
-        self._kinds: dict[str, str] = {"/": DIR}
-        self._links: dict[str, str] = {}
-        self._files: dict[str, bytes] = {}
-        self._children: dict[str, set[str]] = {"/": set()}
-        for path in dirs:
-            self._add(path, DIR)
-        for path, target in (links or {}).items():
-            self._add(path, LINK)
-            self._links[path] = target
-        for path, data in (files or {}).items():
-            self._add(path, FILE)
-            self._files[path] = data
-
-    def _add(self, path: str, kind: str) -> None:
-        self._kinds[path] = kind
-        if kind == DIR:
-            self._children.setdefault(path, set())
-        child = path
-        parent = posixpath.dirname(child)
-        while True:  # tar files may omit folder entries: create the parents they imply
-            siblings = self._children.setdefault(parent, set())
-            siblings.add(posixpath.basename(child))
-            if parent in self._kinds:
-                break
-            self._kinds[parent] = DIR
-            child, parent = parent, posixpath.dirname(parent)
-
-    def kind(self, path: str) -> str | None:
-        return self._kinds.get(path)
-
-    def link_target(self, path: str) -> str | None:
-        return self._links.get(path)
-
-    def file_bytes(self, path: str) -> bytes | None:
-        return self._files.get(path)
-
-    def entries(self, path: str) -> list[str] | None:
-        children = self._children.get(path)
-        return None if children is None else sorted(children)
-
-    def top_folders(self) -> list[str]:
-        return sorted(c for c in self._children["/"] if self._kinds.get("/" + c) == DIR)
-
-
-class ArchiveTree(MemoryTree):
-    """A tar archive read into memory. Devices, FIFOs and hard links are left out."""
-
-    def __init__(self, archive: str | bytes) -> None:
-        import tarfile
-
-        super().__init__()
-        with tarfile.open(fileobj=io.BytesIO(_decompressed(archive)), mode="r:") as tf:
-            for member in tf:
-                path = posixpath.normpath("/" + member.name)
-                if path == "/":
-                    continue
-                if member.isdir():
-                    self._add(path, DIR)
-                elif member.issym():
-                    self._add(path, LINK)
-                    self._links[path] = member.linkname
-                elif member.isfile():
-                    f = tf.extractfile(member)
-                    self._files[path] = f.read(MAX_READ_BYTES) if f else b""
-                    self._add(path, FILE)
-
-
-class SubTree(Tree):
-    """A folder of another tree seen as the root (hwloc archives hold one top folder)."""
-
-    def __init__(self, base: Tree, prefix: str) -> None:
-        self.base = base
-        self.prefix = prefix.rstrip("/")
-
-    def _outer(self, path: str) -> str:
-        return self.prefix + (path if path != "/" else "")
-
-    def kind(self, path: str) -> str | None:
-        return self.base.kind(self._outer(path))
-
-    def link_target(self, path: str) -> str | None:
-        return self.base.link_target(self._outer(path))
-
-    def file_bytes(self, path: str) -> bytes | None:
-        return self.base.file_bytes(self._outer(path))
-
-    def entries(self, path: str) -> list[str] | None:
-        return self.base.entries(self._outer(path))
-
-    def write(self, path: str, value: str) -> None:
-        real = self.resolve(path)
-        if real is None:
-            raise FileNotFoundError(errno.ENOENT, "no such file", path)
-        self.base.write(self._outer(real), value)

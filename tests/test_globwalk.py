@@ -1,0 +1,204 @@
+"""The recorder's one-walk expansion of many patterns (nodeagent.host.globwalk) reaches exactly what
+expanding them one by one does: the same files, folders and links, on random trees with links of
+every kind (relative, absolute, dangling, looping), held in memory and written to disk."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nodeagent.host.archive import MemoryTree
+from nodeagent.host.base import CmdResult, Host
+from nodeagent.host.globwalk import walk
+from nodeagent.host.local import LocalHost, TreeHost
+from nodeagent.host.tree import DIR, FILE, LINK, LiveTree, Tree
+
+Reached = tuple[dict[str, bytes], dict[str, str], set[str]]
+
+
+class TreeOnly(TreeHost):
+    def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
+        raise AssertionError("the walk runs no command")
+
+
+def one_by_one(host: Host, patterns: Iterable[str], as_folders: Collection[str] = ()) -> Reached:
+    """The reference: Host.glob per pattern, then every link on the way to each match, its resolved
+    place walked on (the recorder before globwalk)."""
+    files: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    dirs: set[str] = set()
+
+    def record(path: str) -> None:
+        parts = [p for p in path.split("/") if p]
+        current = "/"
+        for i, comp in enumerate(parts):
+            candidate = posixpath.join(current, comp)
+            target = None if candidate in as_folders else host.readlink(candidate)
+            if target is not None:
+                links[candidate] = target
+                resolved = host.realpath(candidate)
+                if resolved is not None:
+                    record(posixpath.join(resolved, *parts[i + 1 :]))
+                return
+            current = candidate
+        if host.is_dir(current):
+            dirs.add(current)
+            return
+        data = host.read_bytes(current)
+        if data is not None:
+            files[current] = data
+
+    for pattern in patterns:
+        for path in host.glob(pattern):
+            record(path)
+    return files, links, dirs
+
+
+def walked(tree: Tree, patterns: Iterable[str], as_folders: Collection[str] = ()) -> Reached:
+    files: dict[str, bytes] = {}
+    links: dict[str, str] = {}
+    dirs: set[str] = set()
+    for kind, path, value in walk(tree, patterns, as_folders):
+        if kind == LINK:
+            links[path] = str(value)
+        elif kind == DIR:
+            dirs.add(path)
+        elif value is not None:  # None: unreadable
+            assert kind == FILE and isinstance(value, bytes)
+            files[path] = value
+    return files, links, dirs
+
+
+# -- random trees ---------------------------------------------------------------------------------
+
+NAMES = ("a", "b", "d1", "d2", ".h")
+TARGETS = ("a", "b", "d1/a", "../a", "../../d2", "/a", "/d1/b", ".", "..", "zz", "../zz/a", "/")
+PARTS = (*NAMES, "*", "?", "d[0-9]", "[ab]", "*1", ".*")
+
+
+def _entries(depth: int) -> st.SearchStrategy[dict[str, Any]]:
+    leaf = st.one_of(st.binary(max_size=6), st.sampled_from(TARGETS).map(lambda t: ("link", t)))
+    child = leaf if depth == 0 else st.one_of(leaf, _entries(depth - 1))
+    return st.dictionaries(st.sampled_from(NAMES), child, max_size=4)
+
+
+def _flatten(entries: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, value in entries.items():
+        path = f"{prefix}/{name}"
+        out.append((path, value if not isinstance(value, dict) else DIR))
+        if isinstance(value, dict):
+            out += _flatten(value, path)
+    return out
+
+
+def memory_tree(entries: dict[str, Any]) -> MemoryTree:
+    flat = _flatten(entries)
+    return MemoryTree(
+        dirs=[p for p, v in flat if v == DIR],
+        links={p: v[1] for p, v in flat if isinstance(v, tuple)},
+        files={p: v for p, v in flat if isinstance(v, bytes)},
+    )
+
+
+def disk_tree(entries: dict[str, Any], root: Path) -> None:
+    for path, value in _flatten(entries):
+        where = root / path.lstrip("/")
+        if value == DIR:
+            where.mkdir()
+        elif isinstance(value, tuple):
+            where.symlink_to(value[1])
+        else:
+            where.write_bytes(value)
+
+
+patterns_st = st.lists(
+    st.lists(st.sampled_from(PARTS), min_size=1, max_size=4).map(lambda ps: "/" + "/".join(ps)),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=_entries(3), patterns=patterns_st)
+def test_one_walk_reaches_what_each_pattern_does_in_memory(
+    entries: dict[str, Any], patterns: list[str]
+) -> None:
+    tree = memory_tree(entries)
+    assert walked(tree, patterns) == one_by_one(TreeOnly(tree), patterns)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=_entries(3), patterns=patterns_st)
+def test_one_walk_reaches_what_each_pattern_does_on_disk(
+    tmp_path_factory: pytest.TempPathFactory, entries: dict[str, Any], patterns: list[str]
+) -> None:
+    # A folder holding a copy of a tree: absolute and escaping links resolve inside it, as on a node
+    # recorded through NODEAGENT_ROOT (/host in a container).
+    root = tmp_path_factory.mktemp("tree")
+    disk_tree(entries, root)
+    assert walked(LiveTree(str(root)), patterns) == one_by_one(LocalHost(str(root)), patterns)
+
+
+# -- this machine ---------------------------------------------------------------------------------
+
+STABLE = [  # what does not change between two reads (no running processes, no counters)
+    "/sys/class/net/*/mtu",
+    "/sys/class/net/*/device/numa_node",
+    "/sys/bus/pci/devices/*/class",
+    "/sys/bus/pci/devices/*/driver",
+    "/sys/devices/system/cpu/cpu*/topology/core_id",
+    "/sys/devices/system/node/node*/cpulist",
+    "/sys/fs/cgroup/*/cpu.max",
+    "/sys/fs/cgroup/cpu*/cpu.cfs_quota_us",
+    "/proc/self/limits",
+    "/proc/sys/kernel/osrelease",
+    "/proc/self",
+    "/sys/block/*/queue",
+]
+
+
+def test_on_this_machine_the_kernel_shortcuts_agree_with_the_walk() -> None:
+    """On "/", scan, fetch and resolve are the kernel's (d_type, O_NOFOLLOW, /proc/self/fd)."""
+    files, links, dirs = walked(LiveTree("/"), STABLE, as_folders=("/proc/self",))
+    ref_files, ref_links, ref_dirs = one_by_one(LocalHost(), STABLE, as_folders=("/proc/self",))
+    assert (links, dirs) == (ref_links, ref_dirs)
+    own = ("/proc/self/limits",)  # the process reading it: limits are the same, the same file
+    assert {p: d for p, d in files.items() if p not in own} == {
+        p: d for p, d in ref_files.items() if p not in own
+    }
+    assert set(files) == set(ref_files)
+    assert "/proc/self/limits" in files and "/proc/self" in dirs
+
+
+def test_live_fetch_tells_kinds_with_one_open(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x" * 200_000)  # longer than one read
+    (tmp_path / "d").mkdir()
+    (tmp_path / "l").symlink_to("f")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    tree = LiveTree("/")
+    base = str(tmp_path)
+    assert tree.fetch(f"{base}/f") == (FILE, b"x" * 200_000)
+    assert tree.fetch(f"{base}/d") == (DIR, None)
+    assert tree.fetch(f"{base}/l") == (LINK, "f")
+    assert tree.fetch(f"{base}/dangling") == (LINK, "nowhere")
+    assert tree.fetch(f"{base}/absent") is None
+    assert tree.fetch(f"{base}/f/under-a-file") is None
+    assert tree.resolve(f"{base}/l") == f"{os.path.realpath(base)}/f"
+    assert tree.resolve(f"{base}/dangling") is None
+
+
+def test_an_attribute_without_read_is_left_out() -> None:
+    """sysfs refuses to open a write-only attribute for reading (EACCES, even for root)."""
+    rescan = "/sys/bus/pci/rescan"
+    if not os.path.exists(rescan):
+        pytest.skip(f"{rescan} is not on this machine")
+    assert LiveTree("/").fetch(rescan) == (FILE, None)
+    assert walk(LiveTree("/"), [rescan]) == [(FILE, rescan, None)]
