@@ -26,6 +26,7 @@ import json
 import os
 import pwd
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,6 +85,22 @@ def timed(
     return time.perf_counter() - start, proc
 
 
+def sessions_cpu(cluster: SSHCluster) -> float:
+    """CPU seconds the hosts' sshd sessions and what they ran have used so far: sshd reaps each
+    session process, which reaps the commands it ran, so their time adds up in its children's."""
+    total = 0.0
+    for host in cluster.hosts:
+        if host.sshd is not None:
+            times = psutil.Process(host.sshd.pid).cpu_times()
+            total += times.children_user + times.children_system
+    return total
+
+
+def own_children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def median_of(
     runs: int, argv: list[str], env: dict[str, str] | None = None
 ) -> tuple[float, list[float], str]:
@@ -130,8 +148,13 @@ def main() -> int:
         # The fleet with and without the dead host in turns, so a drift in the VM's speed shows in both.
         times: list[float] = []
         dtimes: list[float] = []
+        node_cpu: list[float] = []
+        here_cpu: list[float] = []
         for _ in range(args.runs):
+            node0, here0 = sessions_cpu(cluster), own_children_cpu()
             t, proc = timed([*check, str(inv)])
+            node_cpu.append(sessions_cpu(cluster) - node0)
+            here_cpu.append(own_children_cpu() - here0)
             times.append(t)
             doc = check_doc(proc.stdout)
             t, proc = timed([*check, str(with_dead)])
@@ -146,6 +169,12 @@ def main() -> int:
             f"... plus 1 dead host (connect_timeout 2 s): {dmed:.2f} s, {dmed - med:+.2f} s "
             f"(runs: {shown(dtimes)}); "
             f"the dead host: {dead['error']['kind']} after {dead['duration_s']:.2f} s"
+        )
+        per_host = 1000 / args.hosts
+        print(
+            f"CPU per host: {statistics.median(node_cpu) * per_host:.0f} ms on the node (sshd's session "
+            f"and the recorder), {statistics.median(here_cpu) * per_host:.0f} ms here (nodeagent: "
+            "start-up, SSH, checks, fleet comparison)"
         )
         alone = work / "dead-alone.yml"
         alone.write_text(yaml.safe_dump({**doc_inv, "hosts": [dead_entry]}))
