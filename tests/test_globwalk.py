@@ -135,6 +135,22 @@ def test_one_walk_reaches_what_each_pattern_does_in_memory(
     assert walked(tree, patterns) == one_by_one(TreeOnly(tree), patterns)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=_entries(3),
+    paths=st.lists(
+        st.lists(st.sampled_from((*NAMES, ".", "..", "zz")), max_size=5).map(lambda ps: "/" + "/".join(ps)),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_memory_trees_remember_resolutions_exactly(entries: dict[str, Any], paths: list[str]) -> None:
+    """MemoryTree.resolve goes folder by folder and remembers; Tree.resolve walks every time."""
+    tree = memory_tree(entries)
+    for path in [*paths, *reversed(paths)]:  # the second pass answers from what was remembered
+        assert tree.resolve(path) == Tree.resolve(tree, path), path
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(entries=_entries(3), patterns=patterns_st)
 def test_one_walk_reaches_what_each_pattern_does_on_disk(
