@@ -18,7 +18,7 @@ from nodeagent.errors import UsageError
 from nodeagent.facts import node
 from nodeagent.finding import Finding, Status
 from nodeagent.host import SnapshotHost
-from tests.helpers import SYSFS_FIXTURES, require_shared
+from tests.helpers import SYSFS_FIXTURES
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 SWAPPINESS = "check.kernel.vm.swappiness./proc/sys/vm/swappiness"
@@ -86,7 +86,7 @@ def test_the_same_tree_compares_equal(tmp_path: Path, vm_values: dict[str, Value
 
 @pytest.mark.parametrize("name", ["16amd64-8n2c", "nvidiagpunumanodes"])
 def test_an_hwloc_tree_compares_equal_with_itself(tmp_path: Path, name: str) -> None:
-    archive = require_shared(SYSFS_FIXTURES / f"{name}.tar.bz2")
+    archive = SYSFS_FIXTURES / f"{name}.tar.bz2"
     path = tmp_path / "b.json"
     baseline.save({name: values_of(archive)}, path, str(archive))
     found = baseline.compare(baseline.load(path), values_of(archive), name)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nodeagent.snapshot import _filter_environ, _redact_cmdline
-from tests.helpers import SYSFS_FIXTURES, modules_loaded_by, require_shared
+from tests.helpers import SYSFS_FIXTURES, modules_loaded_by
 
 EXE = [sys.executable, "-m", "nodeagent"]
 
@@ -50,7 +50,7 @@ def test_check_json_shape_and_exit_code_is_worst_status() -> None:
 
 
 def test_check_on_a_recorded_tree_only_one_check() -> None:
-    tree = require_shared(SYSFS_FIXTURES / "64amd64-4s2n4ca2co.tar.bz2")
+    tree = SYSFS_FIXTURES / "64amd64-4s2n4ca2co.tar.bz2"
     code, doc = run_json("check", "--root", str(tree), "--only", "numa")
     assert {f["check_id"] for f in doc["findings"]} == {"numa"}
     assert doc["host"] == "64amd64-4s2n4ca2co"
@@ -58,7 +58,7 @@ def test_check_on_a_recorded_tree_only_one_check() -> None:
 
 
 def test_table_output_shows_remediation() -> None:
-    tree = require_shared(SYSFS_FIXTURES / "64amd64-4s2n4ca2co.tar.bz2")
+    tree = SYSFS_FIXTURES / "64amd64-4s2n4ca2co.tar.bz2"
     proc = run("check", "--root", str(tree), "--only", "numa")
     assert "memory unbalanced" in proc.stdout
     assert "fix" in proc.stdout and "DIMM" in proc.stdout
@@ -92,7 +92,7 @@ def test_corrupt_archive_exits_64(tmp_path: Path) -> None:
 
 
 def test_facts_json_keys() -> None:
-    tree = require_shared(SYSFS_FIXTURES / "40intel64-2g2n4c+pcilocality.tar.bz2")
+    tree = SYSFS_FIXTURES / "40intel64-2g2n4c+pcilocality.tar.bz2"
     code, doc = run_json("facts", "--root", str(tree))
     assert code == 0
     topo = doc["topology"]

@@ -19,7 +19,7 @@ from nodeagent.finding import Finding, Status
 from nodeagent.host import SnapshotHost
 from nodeagent.playbook import BenchSettings, Playbook, list_playbooks, load_playbook
 from nodeagent.thresholds import Value, evaluate
-from tests.helpers import FIXTURE_TREES, REPO, SYSFS_FIXTURES, fixture_host, require_shared
+from tests.helpers import FIXTURE_TREES, REPO, SYSFS_FIXTURES, fixture_host
 
 FIRECRACKER = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 SHIPPED = ["base", "cpu-training", "gpu-training", "preflight", "tune-tf"]
@@ -204,7 +204,7 @@ def test_thp_never_fails_the_thp_threshold(tmp_path: Path) -> None:
 
 
 def test_numa_balancing_on_a_four_node_server(tmp_path: Path) -> None:
-    archive = require_shared(SYSFS_FIXTURES / "40intel64-2g2n4c+pcilocality.tar.bz2")
+    archive = SYSFS_FIXTURES / "40intel64-2g2n4c+pcilocality.tar.bz2"
     root = next(extracted(archive, tmp_path).iterdir())
     (root / "proc/sys/kernel").mkdir(parents=True)
     (root / "proc/sys/vm").mkdir(parents=True)

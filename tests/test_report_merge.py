@@ -17,7 +17,7 @@ import pytest
 
 from nodeagent.cluster.merge import UNREADABLE, merge_reports
 from nodeagent.errors import UsageError
-from tests.helpers import SYSFS_FIXTURES, require_shared
+from tests.helpers import SYSFS_FIXTURES
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 HWLOC_TREES = ("16amd64-8n2c", "2arm-2c", "nvidiagpunumanodes")
@@ -65,7 +65,7 @@ def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_reports_of_several_recorded_trees(tmp_path: Path) -> None:
-    archives = [VM, *(require_shared(SYSFS_FIXTURES / f"{n}.tar.bz2") for n in HWLOC_TREES)]
+    archives = [VM, *(SYSFS_FIXTURES / f"{n}.tar.bz2" for n in HWLOC_TREES)]
     docs = {}
     for archive in archives:
         doc = check_report(archive, tmp_path / f"{archive.name}.json")

@@ -1,4 +1,4 @@
-"""Topology facts agree with hwloc's expectation on every recorded tree in ../shared/fixtures/sysfs."""
+"""Topology facts agree with hwloc's expectation on every recorded tree in tests/fixtures/hwloc."""
 
 from __future__ import annotations
 

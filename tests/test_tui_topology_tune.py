@@ -26,7 +26,7 @@ from nodeagent.tui.screens.topology import GRADE_STYLE, TopologyScreen, matrix_f
 from nodeagent.tui.screens.tune import JournalPicker, TuneScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tune import Plan, Scope
-from tests.helpers import GPU, NIC, SYSFS_FIXTURES, nvidia_smi_text, pci_tree, require_shared
+from tests.helpers import GPU, NIC, SYSFS_FIXTURES, nvidia_smi_text, pci_tree
 from tests.tui_driver import drive as drive_app
 from tests.tui_driver import notifications_by_severity as notifications
 from tests.tui_driver import settle, text_of
@@ -230,7 +230,7 @@ def test_topology_without_nvidia_smi_is_the_checks_sysfs_matrix(tmp_path: Path) 
 def test_sysfs_matrix_from_facts_agrees_with_the_check_on_a_recorded_gpu_tree() -> None:
     """POWER9 with six NVIDIA GPUs (hwloc's nvidiagpunumanodes): the same endpoints and levels as
     nodeagent.facts.pci_topology, from the facts document alone."""
-    host = SnapshotHost(require_shared(SYSFS_FIXTURES / "nvidiagpunumanodes.tar.bz2"))
+    host = SnapshotHost(SYSFS_FIXTURES / "nvidiagpunumanodes.tar.bz2")
     derived = pci_topology.collect(host)
     m = matrix_from_facts(node.collect(host))
     assert m is not None
@@ -242,7 +242,7 @@ def test_sysfs_matrix_from_facts_agrees_with_the_check_on_a_recorded_gpu_tree() 
 
 
 def test_topology_recorded_gpu_tree_shows_gpu_rows() -> None:
-    archive = require_shared(SYSFS_FIXTURES / "nvidiagpunumanodes.tar.bz2")
+    archive = SYSFS_FIXTURES / "nvidiagpunumanodes.tar.bz2"
     app = make_app(LocalBackend(root=str(archive)), start="topology")
 
     async def steps(pilot: Pilot[None]) -> None:
