@@ -139,7 +139,6 @@ def _drop_cell(text: str, row: str) -> str:
         pytest.param(lambda a: _drop_cell(a, "GPU3"), id="short-row"),
         pytest.param(lambda a: _drop_cell(a, "mlx5_7"), id="short-nic-row"),
         pytest.param(lambda a: a.replace("GPU1\tNV12\t X ", "GPU1\t X \tNV12", 1), id="misaligned"),
-        pytest.param(lambda a: _nic_form(a).split(NIC_LEGEND_HEADER)[0], id="nic-form-without-legend"),
         pytest.param(lambda a: a.replace("\tGPU1\t", "\tGPU0\t", 1), id="repeated-column"),
     ],
 )
@@ -147,3 +146,62 @@ def test_malformed_input_raises_value_error(broken: object) -> None:
     text = broken(nvidia_smi_text(A100))  # type: ignore[operator]
     with pytest.raises(ValueError):
         parse_topo(text)
+
+
+def _without_cpu_affinity(text: str, gpus: range) -> str:
+    """As recorded inside a job whose cpuset holds none of these GPUs' CPUs: the cell is empty."""
+    out = []
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if cells[0] in {f"GPU{i}" for i in gpus}:
+            cells[-2] = ""
+        out.append("\t".join(cells))
+    return "\n".join(out) + "\n"
+
+
+def test_empty_cpu_affinity_cells_do_not_shift_the_numa_column() -> None:
+    m = parse_topo(_without_cpu_affinity(nvidia_smi_text(A100), range(4, 8)))
+    assert [m.cpu_affinity[f"GPU{i}"] for i in range(4, 8)] == [None] * 4
+    assert [m.numa_affinity[g] for g in m.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
+    assert m.cpu_affinity["GPU0"] == [*range(48, 64), *range(176, 192)]
+    assert any("GPU4: no CPU Affinity" in n for n in m.notes)
+
+
+def test_tabs_expanded_to_spaces_read_by_column_position() -> None:
+    tabbed = nvidia_smi_text(A100)
+    _same(parse_topo(tabbed.expandtabs(8)), parse_topo(tabbed))
+    # An empty cell in the space form: the NUMA value no longer starts under its header, so both
+    # affinity cells of that row are unknown rather than shifted into the wrong column.
+    m = parse_topo(_without_cpu_affinity(tabbed, range(4, 8)).expandtabs(8))
+    assert [m.cpu_affinity[f"GPU{i}"] for i in range(4, 8)] == [None] * 4
+    assert [m.numa_affinity[f"GPU{i}"] for i in range(4, 8)] == [None] * 4
+    assert m.numa_affinity["GPU0"] == 3
+
+
+def test_gpu_numa_id_after_two_tabs() -> None:
+    m = parse_topo(_nic_form(nvidia_smi_text(A100), gpu_numa_id=True))
+    assert m.gpu_numa_id == dict.fromkeys(m.gpus, None)
+    assert [m.numa_affinity[g] for g in m.gpus] == [3, 3, 1, 1, 7, 7, 5, 5]
+
+
+def test_matrix_without_nic_rows_keeps_every_gpu() -> None:
+    text = "\n".join(line for line in nvidia_smi_text(A100).splitlines() if not line.startswith("mlx5_"))
+    m = parse_topo(text)
+    assert m.gpus == [f"GPU{i}" for i in range(8)]
+    assert m.link("mlx5_0", "GPU0") == "PXB"
+    assert m.nearest_nics("GPU6") == ["mlx5_8", "mlx5_9"]
+    assert any("no rows for mlx5_0" in n for n in m.notes)
+
+
+def test_nic_columns_without_a_legend_keep_their_names() -> None:
+    m = parse_topo(_nic_form(nvidia_smi_text(A100)).split(NIC_LEGEND_HEADER)[0])
+    assert m.nics == [f"NIC{i}" for i in range(12)]
+    assert any("no NIC Legend entry" in n for n in m.notes)
+
+
+def test_na_cells() -> None:
+    text = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tN/A\tN/A\tN/A\nGPU1\tN/A\t X \t0-7\t0\n"
+    m = parse_topo(text)
+    assert m.link("GPU0", "GPU1") == "N/A"
+    assert m.cpu_affinity == {"GPU0": None, "GPU1": list(range(8))}
+    assert m.numa_affinity == {"GPU0": None, "GPU1": 0}

@@ -15,8 +15,7 @@ from nodeagent import parse
 
 COMMAND = ("nvidia-smi", "topo", "-m")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_MULTIWORD = {"CPU Affinity": "CPU_Affinity", "NUMA Affinity": "NUMA_Affinity", "GPU NUMA ID": "GPU_NUMA_ID"}
-_LINK = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d+)$")
+_LINK = re.compile(r"^(X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d+|N/A)$")
 
 # Closeness, best first, for choosing the nearest NIC. SOC is the pre-2017 name of SYS.
 LINK_RANK = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "SOC": 6}
@@ -29,9 +28,11 @@ def link_rank(link: str) -> int:
 @dataclass(frozen=True)
 class TopoMatrix:
     devices: list[str]  # column order, NICs under their real names (mlx5_0), not NIC0
-    links: dict[str, dict[str, str]]  # row -> column -> cell
+    links: dict[str, dict[str, str]]  # row -> column -> cell ("N/A" where the driver printed it)
     cpu_affinity: dict[str, list[int] | None] = field(default_factory=dict)  # per GPU
     numa_affinity: dict[str, int | None] = field(default_factory=dict)  # per GPU
+    gpu_numa_id: dict[str, int | None] = field(default_factory=dict)  # per GPU, where printed
+    notes: tuple[str, ...] = ()  # what the output lacked (NIC rows, legend entries, affinity cells)
 
     @property
     def gpus(self) -> list[str]:
@@ -42,7 +43,18 @@ class TopoMatrix:
         return [d for d in self.devices if d not in self.gpus]
 
     def link(self, a: str, b: str) -> str | None:
-        return self.links.get(a, {}).get(b)
+        cell = self.links.get(a, {}).get(b)
+        if cell is None:  # the matrix is symmetric: a NIC without a row is read from the GPU rows
+            cell = self.links.get(b, {}).get(a)
+        return cell
+
+    def nvlinks(self, gpu: str) -> dict[str, int]:
+        """Peer GPU -> number of bonded NVLinks (the # of an NV# cell)."""
+        return {
+            peer: int(cell[2:])
+            for peer in self.gpus
+            if (cell := self.link(gpu, peer) or "").startswith("NV") and cell[2:].isdigit()
+        }
 
     def nearest_nics(self, gpu: str) -> list[str]:
         """The NICs with the closest PCIe path to `gpu` (all ties), none when every NIC is SYS."""
@@ -53,32 +65,143 @@ class TopoMatrix:
         return [n for r, n in ranked if r == best]
 
 
+@dataclass(frozen=True)
+class _Header:
+    line: str
+    columns: list[str]  # every column after the row label, multi-word names kept whole
+    starts: list[int]  # where each column's name starts in the (tab-expanded) header line
+    tabs: bool
+
+    @property
+    def devices(self) -> list[str]:
+        return [c for c in self.columns if c not in _INFO_COLUMNS]
+
+
+_INFO_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
+_HEADER_TOKEN = re.compile("|".join(map(re.escape, _INFO_COLUMNS)) + r"|\S+")
+_UNSET = ("", "N/A")
+
+
+def _header(line: str) -> _Header:
+    tabs = "\t" in line
+    if tabs:
+        columns = [c.strip() for c in line.split("\t")[1:]]
+        while columns and not columns[-1]:
+            columns.pop()
+        starts: list[int] = []
+    else:
+        found = list(_HEADER_TOKEN.finditer(line.expandtabs(8)))
+        columns, starts = [m.group() for m in found], [m.start() for m in found]
+    return _Header(line, columns, starts, tabs)
+
+
+def _row_cells(header: _Header, line: str) -> tuple[str, dict[str, str]] | None:
+    """The row label and its cells by column name, or None when the cells cannot be placed.
+
+    Tab-separated output (what nvidia-smi prints) is read by tab position, so an empty cell stays
+    empty. Output whose tabs became spaces is read by the header's column positions; when those do
+    not line up, the matrix cells (never empty) are still read in order and the info columns only
+    when the count leaves no doubt.
+    """
+    if header.tabs and "\t" in line:
+        cells = [c.strip() for c in line.split("\t")]
+        label, values = cells[0], cells[1:]
+        n = len(header.devices)
+        if len(values) < n:
+            return None
+        return label, {**dict(zip(header.devices, values, strict=False)), **_info_cells(header, values[n:])}
+    words = list(re.finditer(r"\S+", line.expandtabs(8)))
+    if not words:
+        return None
+    label = words[0].group()
+    n = len(header.devices)
+    matrix, tail = words[1 : n + 1], words[n + 1 :]
+    if len(matrix) < n:
+        return None
+    cells = dict(zip(header.devices, (m.group() for m in matrix), strict=True))
+    info = [c for c in header.columns if c in _INFO_COLUMNS]
+    if len(tail) == len(info):
+        cells.update(zip(info, (m.group() for m in tail), strict=True))
+    elif tail and header.starts:
+        placed = _by_position(header, tail)
+        if placed is None:
+            return label, {**cells, **dict.fromkeys(info, "?")}
+        cells.update(placed)
+    return label, cells
+
+
+def _info_cells(header: _Header, tail: list[str]) -> dict[str, str]:
+    """The info cells of a tab-separated row, by tab position.
+
+    The driver ends NIC rows with empty cells and prints two tabs before the GPU NUMA ID cell
+    ("0\t\tN/A" under "NUMA Affinity\tGPU NUMA ID"); any other surplus makes the cells "?"
+    (unknown) rather than a guess.
+    """
+    info = [c for c in header.columns if c in _INFO_COLUMNS]
+    if info[-1:] == ["GPU NUMA ID"] and len(tail) == len(info) + 1 and tail[-2] == "":
+        tail = tail[:-2] + tail[-1:]
+    while len(tail) > len(info) and tail[-1] == "":
+        tail = tail[:-1]
+    if len(tail) > len(info):
+        return dict.fromkeys(info, "?")
+    return dict(zip(info, tail + [""] * (len(info) - len(tail)), strict=True))
+
+
+def _by_position(header: _Header, words: list[re.Match[str]]) -> dict[str, str] | None:
+    """Info cells that start exactly where a header column starts (tab stops, when tabs became
+    spaces); None when any cell starts elsewhere, since it could belong to either neighbour."""
+    info_at = {s: c for s, c in zip(header.starts, header.columns, strict=True) if c in _INFO_COLUMNS}
+    placed = {info_at.get(w.start(), ""): w.group() for w in words}
+    if "" in placed or len(placed) != len(words):
+        return None
+    return placed
+
+
+def _legend(lines: list[str]) -> dict[str, str]:
+    """Newer drivers name NIC columns NIC0..NICn and map them below the legend: "  NIC0: mlx5_0"."""
+    legend: dict[str, str] = {}
+    for line in lines:
+        m = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
+        if m:
+            legend[m.group(1)] = m.group(2)
+    return legend
+
+
+def _cpus(cell: str, gpu: str, notes: list[str]) -> list[int] | None:
+    if cell in _UNSET or cell == "?":
+        return None
+    try:
+        return parse.cpulist(cell)
+    except ValueError:
+        notes.append(f"{gpu}: CPU Affinity {cell!r} is not a CPU list")
+        return None
+
+
+def _number(cell: str) -> int | None:
+    return int(cell) if cell.isdigit() else None
+
+
 def parse_topo(text: str) -> TopoMatrix:
     """Parse `nvidia-smi topo -m` (or `-mp`) output; ValueError when it holds no complete matrix.
 
-    Strict on purpose: a truncated or misaligned recording must not pass for a smaller machine, so
-    every column needs its row and every row its "X" on the diagonal.
+    Strict where a wrong answer would cost: every GPU column needs its row, every row its "X" on
+    the diagonal, and no cell may land in another column. Lenient where the output is merely
+    short: NIC rows may be absent (the GPU rows hold the same cells), an empty or N/A affinity
+    cell is unknown, and NIC columns without a legend keep their NICn names. What was missing is
+    listed in `notes`.
     """
     lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
     # The header is the line whose first word is GPU0 (a warning above it may mention GPU0 too).
     header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
     if header_at is None:
         raise ValueError("no GPU0 column: not `nvidia-smi topo -m` output")
-    header = lines[header_at]
-    for words, token in _MULTIWORD.items():
-        header = header.replace(words, token)
-    columns = header.split()
-    devices = [c for c in columns if c not in _MULTIWORD.values()]
-    extra = [c for c in columns if c in _MULTIWORD.values()]
+    header = _header(lines[header_at])
+    devices = header.devices
     if len(set(devices)) != len(devices):
         raise ValueError(f"repeated column in the header: {lines[header_at].strip()!r}")
-
-    # Newer drivers name NIC columns NIC0..NICn and map them below the legend: "  NIC0: mlx5_0".
-    legend: dict[str, str] = {}
-    for line in lines[header_at + 1 :]:
-        m = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
-        if m:
-            legend[m.group(1)] = m.group(2)
+    body = lines[header_at + 1 :]
+    legend = _legend(body)
+    notes: list[str] = []
 
     def name(d: str) -> str:
         return legend.get(d, d)
@@ -86,36 +209,46 @@ def parse_topo(text: str) -> TopoMatrix:
     links: dict[str, dict[str, str]] = {}
     cpu_aff: dict[str, list[int] | None] = {}
     numa_aff: dict[str, int | None] = {}
-    for line in lines[header_at + 1 :]:
-        cells = line.split()
-        if not cells:
+    gpu_numa: dict[str, int | None] = {}
+    for line in body:
+        first = line.split()[:1]
+        if not first:
             continue
-        if cells[0] in ("Legend:", "NIC") or cells[0].startswith("Legend"):
+        if first[0] in ("Legend:", "NIC") or first[0].startswith("Legend"):
             break
-        if cells[0] not in devices:
+        if first[0] not in devices:
             continue
-        row, values = cells[0], cells[1:]
-        matrix_cells, tail = values[: len(devices)], values[len(devices) :]
-        if len(matrix_cells) < len(devices) or not all(_LINK.match(c) for c in matrix_cells):
+        placed = _row_cells(header, line)
+        if placed is None:
+            raise ValueError(f"malformed row for {first[0]}: {line.strip()!r}")
+        row, cells = placed
+        matrix_cells = [cells.get(d, "") for d in devices]
+        if not all(_LINK.match(c) for c in matrix_cells):
             raise ValueError(f"malformed row for {row}: {line.strip()!r}")
-        if matrix_cells[devices.index(row)] != "X":
+        if cells[row] != "X":
             raise ValueError(f"misaligned row for {row} (no X on the diagonal): {line.strip()!r}")
         links[name(row)] = {name(d): c for d, c in zip(devices, matrix_cells, strict=True)}
-        info = dict(zip(extra, tail, strict=False))
         if row.startswith("GPU"):
-            cpus = info.get("CPU_Affinity")
-            try:
-                cpu_aff[row] = parse.cpulist(cpus) if cpus and cpus != "N/A" else None
-            except ValueError:
-                cpu_aff[row] = None
-            numa = info.get("NUMA_Affinity", "")
-            numa_aff[row] = int(numa) if numa.isdigit() else None
+            if "?" in cells.values():
+                notes.append(f"{row}: the affinity cells do not line up with the header; read as unknown")
+            cpu_aff[row] = _cpus(cells.get("CPU Affinity", ""), row, notes)
+            numa_aff[row] = _number(cells.get("NUMA Affinity", ""))
+            if "GPU NUMA ID" in header.columns:
+                gpu_numa[row] = _number(cells.get("GPU NUMA ID", ""))
     if not links:
         raise ValueError("no matrix rows after the header")
-    missing = [name(d) for d in devices if name(d) not in links]
-    if missing:
-        raise ValueError(f"truncated: no row for {', '.join(missing)}")
+    missing_gpus = [d for d in devices if d.startswith("GPU") and name(d) not in links]
+    if missing_gpus:
+        raise ValueError(f"truncated: no row for {', '.join(missing_gpus)}")
+    missing_nics = [name(d) for d in devices if name(d) not in links]
+    if missing_nics:
+        notes.append(f"no rows for {', '.join(missing_nics)}: NIC links read from the GPU rows")
     unnamed = [d for d in devices if re.fullmatch(r"NIC\d+", d) and d not in legend]
     if unnamed:
-        raise ValueError(f"no NIC Legend entry for {', '.join(unnamed)}")
-    return TopoMatrix([name(d) for d in devices], links, cpu_aff, numa_aff)
+        notes.append(f"no NIC Legend entry for {', '.join(unnamed)}: device names unknown")
+    for gpu, cpus in cpu_aff.items():
+        if cpus is None and "CPU Affinity" in header.columns:
+            notes.append(
+                f"{gpu}: no CPU Affinity (empty or N/A: e.g. a job whose cpuset excludes those CPUs)"
+            )
+    return TopoMatrix([name(d) for d in devices], links, cpu_aff, numa_aff, gpu_numa, tuple(notes))
