@@ -15,16 +15,18 @@ a GPU whose NUMA node the firmware does not report (-1), so its rank cannot be p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nodeagent.check import Check, param
-from nodeagent.facts import gpus, pci_topology
+from nodeagent.facts import cgroup, gpus, pci, pci_topology
+from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.pci import PCI_DIR
 from nodeagent.facts.pci_topology import LEVELS, PciTopology, rank
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix
 from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
+from nodeagent.parse import format_cpulist
 
 ID = "topology"
 SMI = " ".join(TOPO_COMMAND)
@@ -57,6 +59,8 @@ class Facts:
     smi_missing: str | None  # why there is no nvidia-smi matrix
     numa_raw: dict[str, str | None]  # GPU PCI address -> raw numa_node (None: absent), GPUs without a node
     pci_devices: int
+    cpus: CgroupCpus | None = None  # what limits the CPUs of a job started here
+    local_cpus: dict[str, list[int]] = field(default_factory=dict)  # GPU -> sysfs local_cpulist
 
 
 def collect(host: Host) -> Facts:
@@ -67,12 +71,20 @@ def collect(host: Host) -> Facts:
         for g in topo.gpus
         if g.numa_node is None
     }
+    devices = pci.by_address(pci.collect(host))
+    local_cpus = {
+        g.name: cpus
+        for g in topo.gpus
+        if (d := devices.get(g.pci_address)) is not None and (cpus := d.local_cpus)
+    }
     return Facts(
         topo=topo,
         smi=smi,
         smi_missing=missing,
         numa_raw=numa_raw,
         pci_devices=len(host.listdir(PCI_DIR) or []),
+        cpus=cgroup.collect(host),
+        local_cpus=local_cpus,
     )
 
 
@@ -148,6 +160,8 @@ def _matrix(f: Facts, v: _View) -> Finding:
         ev[SMI] = f"not available: {f.smi_missing or 'no output'}"
     elif f.topo.gpus:
         ev[SMI] = f"{len(f.smi.gpus)} GPU(s), {len(f.smi.nics)} NIC(s): compared below"
+    if f.smi is not None and f.smi.notes:
+        ev[f"{SMI}: what the output lacks"] = "; ".join(f.smi.notes)
     nodes = sorted({n for n in v.numa.values() if n is not None})
     summary = (
         f"{len(v.gpus)} GPU(s) on NUMA node(s) {','.join(map(str, nodes)) or '?'}, "
@@ -251,6 +265,51 @@ def _numa(f: Facts, v: _View) -> list[Finding]:
     ]
 
 
+def _outside_cpuset(f: Facts, v: _View) -> list[Finding]:
+    """GPUs none of whose local CPUs this job may use: their ranks would run on the far node.
+
+    Two kinds of evidence: sysfs local_cpulist disjoint from the allowed CPUs (affinity, cgroup
+    cpuset), or an empty CPU Affinity cell beside a known NUMA Affinity in `nvidia-smi topo -m`,
+    which prints each GPU's local CPUs as far as the calling process may use them.
+    """
+    c = f.cpus
+    limited = c is not None and (c.affinity is not None or c.cpuset is not None)
+    allowed = set(c.allowed) if c is not None and limited and c.allowed is not None else None
+    ev: dict[str, str] = {}
+    outside = []
+    for g in v.gpus:
+        local = f.local_cpus.get(g)
+        if local and allowed is not None and not set(local) & allowed:
+            outside.append(g)
+            ev[f"{PCI_DIR}/{v.address[g]}/local_cpulist ({g})"] = format_cpulist(local)
+        elif (
+            f.smi is not None
+            and g in f.smi.gpus
+            and f.smi.cpu_affinity.get(g) is None
+            and f.smi.numa_affinity.get(g) is not None
+        ):
+            outside.append(g)
+            ev[f"{SMI}: {g}"] = f"CPU Affinity empty, NUMA Affinity {f.smi.numa_affinity[g]}"
+    if not outside:
+        return []
+    if c is not None and allowed is not None:
+        ev[c.cpuset_source or "/proc/self/status Cpus_allowed_list"] = format_cpulist(allowed)
+    return [
+        Finding(
+            ID,
+            Status.WARN,
+            f"{', '.join(outside)}: none of their NUMA-local CPUs is in this job's CPU set; ranks on "
+            "them would run on the far NUMA node",
+            ev,
+            expected="every GPU the job uses has CPUs of its own NUMA node in the job's cpuset",
+            remediation="Give the job CPUs on every GPU's NUMA node (Slurm: --gres-flags=enforce-binding "
+            "or --cpu-bind; Kubernetes: the topology manager with policy single-numa-node), or restrict it "
+            "to the GPUs whose CPUs it has (CUDA_VISIBLE_DEVICES).",
+            subject="cpuset",
+        )
+    ]
+
+
 def _cross_check(f: Facts) -> list[Finding]:
     smi, t = f.smi, f.topo
     if smi is None:
@@ -258,7 +317,7 @@ def _cross_check(f: Facts) -> list[Finding]:
             return [
                 Finding(
                     ID,
-                    Status.WARN,
+                    Status.UNKNOWN,
                     "nvidia-smi topo -m output could not be parsed: no cross-check of the sysfs matrix",
                     {SMI: f.smi_missing},
                     expected="a complete matrix (every column with its row)",
@@ -357,6 +416,18 @@ def _unplaced(f: Facts, v: _View) -> list[Finding]:
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
     v = _View.build(f, p)
+    if not v.gpus and f.smi_missing and f.smi_missing.startswith("unparsable"):
+        return [
+            Finding(
+                ID,
+                Status.UNKNOWN,
+                "the GPU matrix could not be read: nvidia-smi topo -m output not understood, no GPU in sysfs",
+                {SMI: f.smi_missing, PCI_DIR: f"{f.pci_devices} device(s), none a GPU"},
+                expected="a complete `nvidia-smi topo -m` matrix",
+                remediation=f"Run `{SMI}` on the node; attach its output to a nodeagent bug report.",
+                subject="matrix",
+            )
+        ]
     if not v.gpus:
         return [
             Finding(
@@ -374,6 +445,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
     findings += _unplaced(f, v)
     findings += _affinity(f, v, p)
     findings += _numa(f, v)
+    findings += _outside_cpuset(f, v)
     findings += _cross_check(f)
     return findings
 
@@ -385,6 +457,6 @@ CHECK = Check(
     collect=collect,
     evaluate=evaluate,
     params=Params,
-    paths=pci_topology.PATHS,
+    paths=(*pci_topology.PATHS, *cgroup.PATHS),
     commands=pci_topology.COMMANDS,
 )

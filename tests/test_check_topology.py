@@ -199,7 +199,7 @@ def test_recorded_dgx1_pcie_paths(tmp_path: Path) -> None:
     assert "GPU0 mlx5_0 PIX" in ok.summary and "GPU6 mlx5_3 PIX" in ok.summary
 
 
-def test_unparsable_recording_warns(tmp_path: Path) -> None:
+def test_unparsable_recording_is_unknown(tmp_path: Path) -> None:
     text = nvidia_smi_text(A100_TEXT).replace("PXB", "???", 1)
     host = pci_tree(
         tmp_path,
@@ -207,7 +207,7 @@ def test_unparsable_recording_warns(tmp_path: Path) -> None:
         commands={SMI_CMD: text},
     )
     cross = _run(host)["cross-check"]
-    assert cross.status is Status.WARN
+    assert cross.status is Status.UNKNOWN
     assert cross.evidence["nvidia-smi topo -m"].startswith(
         "unparsable `nvidia-smi topo -m` output: malformed row for GPU0"
     )
@@ -289,7 +289,10 @@ def test_corrupt_files_do_not_raise(tmp_path: Path) -> None:
         commands={SMI_CMD: "\x00\xff garbage"},
     )
     findings = topology.CHECK.run(host, DEFAULT)
-    assert findings and all(f.status is not Status.UNKNOWN for f in findings)
+    # Only what could not be read is UNKNOWN, and it says why.
+    unknown = [f for f in findings if f.status is Status.UNKNOWN]
+    assert findings and [f.subject for f in unknown] == ["cross-check"]
+    assert "unparsable" in unknown[0].evidence["nvidia-smi topo -m"]
 
 
 # -- evaluate on hand-built facts ----------------------------------------------------------------
@@ -434,3 +437,25 @@ def test_corrupted_gpu_node_gives_findings(
         findings = check.run(host, check.make_params())
         assert findings
         assert all(isinstance(k, str) and isinstance(v, str) for f in findings for k, v in f.evidence.items())
+
+
+def test_unparsable_matrix_alone_is_unknown_not_no_gpus(tmp_path: Path) -> None:
+    text = nvidia_smi_text(A100_TEXT).replace("PXB", "???", 1)
+    matrix = _run(make_tree(tmp_path, {}, commands={SMI_CMD: text}))["matrix"]
+    assert matrix.status is Status.UNKNOWN
+    assert "no GPUs" not in matrix.summary
+
+
+def test_gpus_outside_the_jobs_cpuset_warn(tmp_path: Path) -> None:
+    """Recorded inside a job whose cpuset holds only NUMA nodes 3 and 1: GPUs 4-7 (nodes 7, 5) show
+    empty CPU Affinity cells."""
+    lines = []
+    for line in nvidia_smi_text(A100_TEXT).splitlines():
+        cells = line.split("\t")
+        if cells[0] in ("GPU4", "GPU5", "GPU6", "GPU7"):
+            cells[-2] = ""
+        lines.append("\t".join(cells))
+    found = _run(make_tree(tmp_path, {}, commands={SMI_CMD: "\n".join(lines) + "\n"}))["cpuset"]
+    assert found.status is Status.WARN
+    assert found.summary.startswith("GPU4, GPU5, GPU6, GPU7: none of their NUMA-local CPUs")
+    assert found.evidence["nvidia-smi topo -m: GPU4"] == "CPU Affinity empty, NUMA Affinity 7"
