@@ -104,8 +104,8 @@ def _row_cells(header: _Header, line: str) -> tuple[str, dict[str, str]] | None:
     when the count leaves no doubt.
     """
     if header.tabs and "\t" in line:
-        cells = [c.strip() for c in line.split("\t")]
-        label, values = cells[0], cells[1:]
+        parts = [c.strip() for c in line.split("\t")]
+        label, values = parts[0], parts[1:]
         n = len(header.devices)
         if len(values) < n:
             return None
