@@ -102,6 +102,8 @@ class Facts:
     amd_pstate_status: str | None = None
     boost: str | None = None
     problems: list[str] = field(default_factory=list)
+    virtual: str | None = None  # why this is a VM (facts.system.virtual)
+    cpus_recorded: bool = True  # /sys/devices/system/cpu exists: without it nothing here was read
 
 
 def _cpus(host: Host) -> list[int]:
@@ -149,18 +151,21 @@ def collect(host: Host) -> Facts:
     governor = r.value(f"{CPUIDLE_DIR}/current_governor")
     if governor is None:
         governor = r.value(f"{CPUIDLE_DIR}/current_governor_ro")
+    sysinfo = system.collect(host)
     return Facts(
         cpuidle_present=host.is_dir(CPUIDLE_DIR),
+        cpus_recorded=host.is_dir(CPU_DIR),
         idle_driver=r.value(f"{CPUIDLE_DIR}/current_driver"),
         idle_governor=governor,
         idle_states=_collect_states(r, cpus),
-        cmdline=system.collect(host).cmdline,
+        cmdline=sysinfo.cmdline,
         policies=freq.policies,
         intel_pstate_status=r.value(f"{INTEL_PSTATE_DIR}/status"),
         intel_no_turbo=r.value(f"{INTEL_PSTATE_DIR}/no_turbo"),
         amd_pstate_status=r.value(f"{AMD_PSTATE_DIR}/status"),
         boost=r.value(f"{CPUFREQ_DIR}/boost"),
         problems=r.problems + freq.problems,
+        virtual=sysinfo.virtual,
     )
 
 
@@ -194,9 +199,25 @@ def _cpuidle_present(f: Facts) -> bool:
     return f.cpuidle_present or any(f.idle_states.values())
 
 
+def _platform(f: Facts) -> str:
+    """Where a platform setting is changed: the BIOS on bare metal, the hypervisor for a VM."""
+    if f.virtual:
+        return "the hypervisor's settings for this VM (a guest cannot change them)"
+    return "the BIOS"
+
+
 def _driver(f: Facts) -> Finding:
     path = f"{CPUIDLE_DIR}/current_driver"
     if not _cpuidle_present(f):
+        if f.virtual:
+            return Finding(
+                ID,
+                Status.OK,
+                "no cpuidle interface: a virtual machine, whose idle states belong to the host "
+                "(the hypervisor's C-state settings decide wake-up latency)",
+                {CPUIDLE_DIR: "(absent)", "virtual machine": f.virtual},
+                subject="cpuidle",
+            )
         return Finding(
             ID,
             Status.OK,
@@ -222,8 +243,8 @@ def _driver(f: Facts) -> Finding:
         return Finding(
             ID,
             Status.OK,
-            "cpuidle driver 'none': C-states are disabled in the BIOS (or no idle driver fits this "
-            "CPU), so idle CPUs only halt; lowest wake-up latency, higher idle power and less "
+            f"cpuidle driver 'none': C-states are disabled in {_platform(f)} (or no idle driver fits "
+            "this CPU), so idle CPUs only halt; lowest wake-up latency, higher idle power and less "
             "turbo headroom",
             evidence,
             subject="cpuidle",
@@ -296,7 +317,7 @@ def _idle_states(f: Facts, p: Params, boot: dict[str, str]) -> Finding | None:
         remediation=f"At run time: cpupower idle-set -D {p.max_exit_latency_us} (disables states with "
         "a longer exit latency; lost at reboot; a PM QoS limit via /dev/cpu_dma_latency lasts only while "
         f"the file is held open). At boot: add {boot_fix} to the kernel command line, or set C-states "
-        "to C1 only in the BIOS (Dell: System Profile 'Performance'). Costs idle power.",
+        f"to C1 only in {_platform(f)} (Dell: System Profile 'Performance'). Costs idle power.",
         subject="idle-states",
         fix="c-states",
     )
@@ -399,8 +420,8 @@ def _governor(f: Facts, p: Params) -> Finding:
         expected=f"{p.governor} on every CPU",
         remediation=f"cpupower frequency-set -g {p.governor} (or echo {p.governor} | tee "
         f"{CPU_DIR}/cpu*/cpufreq/scaling_governor); persist it with `tuned-adm profile "
-        "throughput-performance` or a systemd unit, and set the BIOS power profile to OS control or "
-        "Maximum Performance.",
+        f"throughput-performance` or a systemd unit, and set the power profile in {_platform(f)} to OS "
+        "control or Maximum Performance.",
         subject="governor",
         fix="cpu-governor",
     )
@@ -482,7 +503,7 @@ def _turbo(f: Facts, p: Params) -> Finding:
     if p.turbo:
         remediation = (
             f"echo 0 > {INTEL_PSTATE_DIR}/no_turbo (intel_pstate) or echo 1 > {CPUFREQ_DIR}/boost; "
-            "if it will not change, enable Turbo Boost / Core Performance Boost in the BIOS."
+            f"if it will not change, enable Turbo Boost / Core Performance Boost in {_platform(f)}."
         )
     else:
         remediation = f"echo 1 > {INTEL_PSTATE_DIR}/no_turbo (intel_pstate) or echo 0 > {CPUFREQ_DIR}/boost."
@@ -498,6 +519,16 @@ def _turbo(f: Facts, p: Params) -> Finding:
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
+    if not f.cpus_recorded:
+        return [
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"no {CPU_DIR}: C-states and frequency scaling not readable",
+                {CPU_DIR: "(absent)"},
+                subject="cpuidle",
+            )
+        ]
     boot = system.parse_cmdline(f.cmdline or "")
     findings = [_driver(f)]
     states = _idle_states(f, p, boot)

@@ -139,15 +139,27 @@ def _balance(t: Topology, p: Params) -> Finding | None:
 
 def _memoryless(t: Topology) -> list[Finding]:
     out = []
+    unread = [n for n in t.numa_nodes if n.cpus and n.memory_mib is None]
+    if unread:
+        # Not recorded is not "no memory": only a MemTotal of 0 shows a node without DIMMs.
+        out.append(
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"memory of node(s) {format_cpulist(n.id for n in unread)} unknown: meminfo not readable",
+                {f"{NODE_DIR}/node{n.id}/meminfo": "(absent)" for n in unread},
+                subject="node-memory",
+            )
+        )
     for n in t.numa_nodes:
         path = f"{NODE_DIR}/node{n.id}"
-        if n.cpus and not n.memory_mib:
+        if n.cpus and n.memory_mib == 0:
             out.append(
                 Finding(
                     ID,
                     Status.WARN,
                     f"node {n.id} has CPUs {format_cpulist(n.cpus)} but no memory",
-                    {f"{path}/meminfo": f"MemTotal {n.memory_mib} MiB"},
+                    {f"{path}/meminfo": "MemTotal 0 MiB"},
                     expected="memory on every node with CPUs",
                     remediation="Populate that socket's memory channels; every allocation of a rank "
                     "pinned there is remote.",
@@ -219,6 +231,15 @@ def _sysctl(name: str, raw: str | None, want: int, why: str) -> Finding | None:
 
 def _smt(f: Facts, p: Params) -> Finding:
     t = f.topology
+    if not t.cpus_online or not (t.smt_known or t.smt_control or f.smt_active):
+        path = f"{CPU_DIR}/cpu*/topology/thread_siblings_list"
+        return Finding(
+            ID,
+            Status.SKIPPED,
+            "SMT state unknown: which CPUs are thread siblings was not readable",
+            {path: "(absent)", f"{CPU_DIR}/smt/control": t.smt_control or "(absent)"},
+            subject="smt",
+        )
     on = t.threads_per_core > 1
     state = "on" if on else "off"
     evidence = {"threads per core": str(t.threads_per_core)}
@@ -246,6 +267,16 @@ def _smt(f: Facts, p: Params) -> Finding:
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
     t = f.topology
+    if not t.cpus_online and not any(n.cpus for n in t.numa_nodes):
+        return [
+            Finding(
+                ID,
+                Status.SKIPPED,
+                "no CPU or NUMA topology readable",
+                {f"{CPU_DIR}/online": "(absent)", NODE_DIR: "(absent)"},
+                subject="layout",
+            )
+        ]
     findings = _layout(t, p)
     findings += _inconsistent(t)
     balance = _balance(t, p)

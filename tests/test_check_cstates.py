@@ -398,12 +398,27 @@ def test_collect_garbage_related_cpus_falls_back_to_the_path(tmp_path: Path) -> 
 
 
 def test_collect_empty_tree(tmp_path: Path) -> None:
+    """A recording without /sys says nothing about C-states: not "disabled in the BIOS"."""
     findings = cstates.CHECK.run(make_tree(tmp_path, {}), P)
-    assert [(f.subject, f.status) for f in findings] == [
-        ("cpuidle", Status.OK),
-        ("boot", Status.SKIPPED),
-        ("frequency", Status.SKIPPED),
-    ]
+    assert [(f.subject, f.status) for f in findings] == [("cpuidle", Status.SKIPPED)]
+    assert "BIOS" not in findings[0].summary
+
+
+def test_virtual_machine_points_at_the_hypervisor(tmp_path: Path) -> None:
+    host = make_tree(
+        tmp_path,
+        {
+            f"{CPU_DIR}/online": "0-1\n",
+            f"{CPU_DIR}/cpu0/cpufreq/scaling_governor": "powersave\n",
+            "/sys/class/dmi/id/sys_vendor": "QEMU\n",
+            "/sys/class/dmi/id/product_name": "Standard PC (Q35 + ICH9, 2009)\n",
+        },
+    )
+    found = {f.subject: f for f in cstates.CHECK.run(host, P)}
+    assert found["cpuidle"].status is Status.OK
+    assert "virtual machine" in found["cpuidle"].summary
+    assert found["cpuidle"].evidence["virtual machine"] == "/sys/class/dmi/id/sys_vendor: QEMU"
+    assert "hypervisor" in found["governor"].remediation and "BIOS" not in found["governor"].remediation
 
 
 def test_declared_paths_cover_what_collect_reads() -> None:

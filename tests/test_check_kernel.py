@@ -342,3 +342,29 @@ def test_declared_paths() -> None:
     ):
         assert p in paths
     assert "/proc/self/environ" not in paths  # the environment is not this check's business
+
+
+# /proc/self/limits as fs/proc/base.c prints it ("%-25s %-20s %-20s %-10s"), memlock set to
+# RLIM_INFINITY rounded down to whole pages: the kernel prints that as a number, not "unlimited".
+PAGE_ROUNDED_INFINITY = (
+    "Limit                     Soft Limit           Hard Limit           Units     \n"
+    "Max cpu time              unlimited            unlimited            seconds   \n"
+    "Max open files            1048576              1048576              files     \n"
+    "Max locked memory         18446744073708503040 18446744073708503040 bytes     \n"
+    "Max realtime timeout      unlimited            unlimited            us        \n"
+)
+
+
+def test_page_rounded_rlim_infinity_is_unlimited() -> None:
+    from nodeagent.facts.limits import parse_limits
+
+    limits = parse_limits(PAGE_ROUNDED_INFINITY)
+    assert limits["Max locked memory"] == Limit(UNLIMITED, UNLIMITED, "bytes")
+    assert limits["Max open files"] == Limit(1048576, 1048576, "files")
+    assert limits["Max realtime timeout"].units == "us"
+
+
+def test_memlock_page_rounded_infinity_is_ok(tmp_path: Path) -> None:
+    host = make_tree(tmp_path, {"/proc/self/limits": PAGE_ROUNDED_INFINITY})
+    memlock = by_subject(kernel.CHECK.run(host, P), "memlock")
+    assert memlock.status is Status.OK

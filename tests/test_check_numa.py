@@ -131,3 +131,37 @@ def test_corrupt_files_are_reported_not_raised(tmp_path: Path) -> None:
 def test_runs_on_this_machine() -> None:
     findings = numa.CHECK.run(LocalHost(), DEFAULT)
     assert _by_subject(findings)["layout"].status in (Status.OK, Status.WARN)
+
+
+def test_unrecorded_node_memory_is_not_missing_memory(tmp_path: Path) -> None:
+    """node0/meminfo was not recorded: its memory is unknown, not absent."""
+    host = make_tree(
+        tmp_path,
+        {
+            "/sys/devices/system/cpu/online": "0-1\n",
+            "/sys/devices/system/node/node0/cpulist": "0-1\n",
+        },
+    )
+    found = _by_subject(numa.CHECK.run(host, DEFAULT))
+    assert "node0" not in found
+    assert found["node-memory"].status is Status.SKIPPED
+    assert found["node-memory"].evidence == {"/sys/devices/system/node/node0/meminfo": "(absent)"}
+
+
+def test_a_tree_without_sys_is_skipped_not_judged(tmp_path: Path) -> None:
+    findings = numa.CHECK.run(make_tree(tmp_path, {"/proc/meminfo": "MemTotal: 1024 kB\n"}), DEFAULT)
+    assert [(f.status, f.subject) for f in findings] == [(Status.SKIPPED, "layout")]
+
+
+def test_smt_unknown_without_thread_siblings(tmp_path: Path) -> None:
+    host = make_tree(
+        tmp_path,
+        {
+            "/sys/devices/system/cpu/online": "0-3\n",
+            "/sys/devices/system/node/node0/cpulist": "0-3\n",
+            "/sys/devices/system/node/node0/meminfo": "Node 0 MemTotal:       1048576 kB\n",
+        },
+    )
+    smt = _by_subject(numa.CHECK.run(host, DEFAULT))["smt"]
+    assert smt.status is Status.SKIPPED
+    assert smt.summary.startswith("SMT state unknown")

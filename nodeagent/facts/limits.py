@@ -7,7 +7,6 @@ Format: fs/proc/base.c (proc_pid_limits): "Limit  Soft Limit  Hard Limit  Units"
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from nodeagent.host import Host
@@ -17,6 +16,11 @@ ENVIRON_PATH = "/proc/self/environ"
 PATHS = (LIMITS_PATH, ENVIRON_PATH)
 
 UNLIMITED = -1
+# RLIM_INFINITY is 2**64-1 (include/uapi/asm-generic/resource.h); the kernel prints it as
+# "unlimited", but a limit set to it rounded down to whole pages (18446744073708503040, as systemd
+# and some container runtimes write) is printed as a number. No machine has 2**63 bytes or files:
+# anything that large means unlimited.
+_EFFECTIVELY_UNLIMITED = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -26,23 +30,32 @@ class Limit:
     units: str
 
 
+def _value(text: str) -> int | None:
+    if text == "unlimited":
+        return UNLIMITED
+    if not text.isdigit():
+        return None
+    return UNLIMITED if int(text) >= _EFFECTIVELY_UNLIMITED else int(text)
+
+
 def parse_limits(text: str) -> dict[str, Limit]:
-    """ "Max locked memory  8388608  8388608  bytes" -> {"Max locked memory": Limit(...)}."""
+    """ "Max locked memory  8388608  8388608  bytes" -> {"Max locked memory": Limit(...)}.
+
+    The file is a table whose header ("Limit  Soft Limit  Hard Limit  Units") gives the column
+    starts (fs/proc/base.c prints each row with "%-25s %-20s %-20s %-10s"); rows are cut there.
+    """
+    lines = text.splitlines()
+    header = lines[0] if lines else ""
+    starts = [header.find(name) for name in ("Soft Limit", "Hard Limit", "Units")]
+    if min(starts) < 0:
+        return {}
+    soft_at, hard_at, units_at = starts
     out: dict[str, Limit] = {}
-    for line in text.splitlines()[1:]:
-        m = re.match(r"^(Max [a-z ]+?)\s{2,}(\S+)\s+(\S+)\s*(\S*)\s*$", line)
-        if not m:
-            continue
-        values = []
-        for v in (m.group(2), m.group(3)):
-            if v == "unlimited":
-                values.append(UNLIMITED)
-            elif v.isdigit():
-                values.append(int(v))
-            else:
-                break
-        if len(values) == 2:
-            out[m.group(1)] = Limit(values[0], values[1], m.group(4))
+    for line in lines[1:]:
+        name = line[:soft_at].strip()
+        soft, hard = _value(line[soft_at:hard_at].strip()), _value(line[hard_at:units_at].strip())
+        if name and soft is not None and hard is not None:
+            out[name] = Limit(soft, hard, line[units_at:].strip())
     return out
 
 

@@ -21,11 +21,36 @@ DMI_FIELDS = (
     "bios_version",
     "bios_date",
 )
+CPUINFO = "/proc/cpuinfo"
 PATHS = (
+    CPUINFO,
     "/proc/cmdline",
     "/proc/sys/kernel/osrelease",
     "/proc/sys/kernel/hostname",
     *(f"{DMI_DIR}/{f}" for f in DMI_FIELDS),
+)
+
+
+# DMI strings that only virtual machines carry (sys_vendor or product_name), as systemd-detect-virt
+# reads them (src/basic/virt.c, detect_vm_dmi_vendor). "Amazon EC2" is not among them: it names
+# the bare-metal instances too, which the hypervisor CPU flag tells apart.
+_VM_DMI = (
+    "QEMU",
+    "KVM",
+    "VMware",
+    "VMW",
+    "innotek GmbH",
+    "VirtualBox",
+    "Oracle Corporation",
+    "Xen",
+    "Bochs",
+    "Parallels",
+    "BHYVE",
+    "Google Compute Engine",
+    "OpenStack",
+    "Alibaba Cloud ECS",
+    "Virtual Machine",  # Hyper-V: sys_vendor "Microsoft Corporation", product_name "Virtual Machine"
+    "Standard PC (",  # QEMU's machine types: "Standard PC (Q35 + ICH9, 2009)"
 )
 
 
@@ -35,6 +60,9 @@ class System:
     kernel: str | None
     cmdline: str | None
     dmi: dict[str, str]
+    # Why this looks like a virtual machine ("DMI product_name: KVM", "CPU flag hypervisor"), None
+    # when nothing read says so (bare metal, or not recorded).
+    virtual: str | None = None
 
     def boot_param(self, name: str) -> str | None:
         """The value of a kernel parameter ("" for a bare flag), None when absent. Last one wins."""
@@ -75,7 +103,22 @@ def _collect(host: Host) -> System:
         kernel=host.read_value("/proc/sys/kernel/osrelease"),
         cmdline=host.read_value("/proc/cmdline"),
         dmi=dmi,
+        virtual=virtual_machine(dmi, host.read(CPUINFO)),
     )
+
+
+def virtual_machine(dmi: dict[str, str], cpuinfo: str | None) -> str | None:
+    """Why this is a virtual machine, or None. x86 hypervisors set CPUID leaf 1 ECX bit 31, which
+    Linux shows as the "hypervisor" flag (arch/x86/include/asm/cpufeatures.h, X86_FEATURE_HYPERVISOR)."""
+    for line in (cpuinfo or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags" and "hypervisor" in value.split():
+            return "/proc/cpuinfo flags: hypervisor"
+    for field in ("sys_vendor", "product_name", "board_vendor"):
+        value = dmi.get(field, "")
+        if any(value.startswith(mark) for mark in _VM_DMI):
+            return f"{DMI_DIR}/{field}: {value}"
+    return None
 
 
 def sysctl(host: Host, name: str) -> str | None:

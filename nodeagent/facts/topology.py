@@ -76,6 +76,9 @@ class Topology:
     cpu_package: dict[int, int]  # online CPU -> package id
     core_of: dict[int, int]  # online CPU -> index of its physical core
     problems: list[str]
+    # Whether any CPU's thread siblings were read: without them every CPU counts as its own core,
+    # which says nothing about SMT.
+    smt_known: bool = True
 
     @property
     def node_of_cpu(self) -> dict[int, int]:
@@ -166,6 +169,7 @@ def _collect(host: Host) -> Topology:
 
     packages: dict[int, int] = {}
     core_keys: dict[int, tuple[int, ...]] = {}
+    smt_known = False
     for c in online:
         t = f"{CPU_DIR}/cpu{c}/topology"
         pkg = r.int(f"{t}/physical_package_id")
@@ -176,6 +180,7 @@ def _collect(host: Host) -> Topology:
         siblings = r.cpulist(f"{t}/thread_siblings_list")
         if siblings is None:
             siblings = r.cpumask(f"{t}/thread_siblings")
+        smt_known = smt_known or siblings is not None
         core_id = r.int(f"{t}/core_id")
         threads = tuple(sorted(set(siblings or [c]) & online_set)) or (c,)
         core_keys[c] = (packages[c], r.int(f"{t}/die_id") or 0, -1 if core_id is None else core_id, *threads)
@@ -243,4 +248,5 @@ def _collect(host: Host) -> Topology:
         cpu_package=packages,
         core_of=core_of,
         problems=r.problems,
+        smt_known=smt_known,
     )
