@@ -167,15 +167,23 @@ def test_empty_cpu_affinity_cells_do_not_shift_the_numa_column() -> None:
     assert any("GPU4: no CPU Affinity" in n for n in m.notes)
 
 
-def test_tabs_expanded_to_spaces_read_by_column_position() -> None:
+def test_tabs_expanded_to_spaces_are_put_back() -> None:
     tabbed = nvidia_smi_text(A100)
     _same(parse_topo(tabbed.expandtabs(8)), parse_topo(tabbed))
-    # An empty cell in the space form: the NUMA value no longer starts under its header, so both
-    # affinity cells of that row are unknown rather than shifted into the wrong column.
-    m = parse_topo(_without_cpu_affinity(tabbed, range(4, 8)).expandtabs(8))
-    assert [m.cpu_affinity[f"GPU{i}"] for i in range(4, 8)] == [None] * 4
-    assert [m.numa_affinity[f"GPU{i}"] for i in range(4, 8)] == [None] * 4
+    # An empty cell in the space form is a run of spaces across one more tab stop: the NUMA value
+    # stays in its column.
+    emptied = _without_cpu_affinity(tabbed, range(4, 8))
+    _same(parse_topo(emptied.expandtabs(8)), parse_topo(emptied))
+
+
+def test_hand_spaced_output_keeps_only_unambiguous_cells() -> None:
+    lines = [
+        re.sub(r"\t+", "  ", line) for line in _without_cpu_affinity(nvidia_smi_text(A100), [4]).splitlines()
+    ]
+    m = parse_topo("\n".join(lines))
+    assert m.link("GPU0", "GPU1") == "NV12"
     assert m.numa_affinity["GPU0"] == 3
+    assert (m.cpu_affinity["GPU4"], m.numa_affinity["GPU4"]) == (None, None)
 
 
 def test_gpu_numa_id_after_two_tabs() -> None:

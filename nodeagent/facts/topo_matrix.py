@@ -8,6 +8,7 @@ set of # NVLinks). Legend as printed by nvidia-smi; see also NVML's nvmlGpuTopol
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -78,16 +79,22 @@ class _Header:
 
 
 _INFO_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_HEADER_TOKEN = re.compile("|".join(map(re.escape, _INFO_COLUMNS)) + r"|\S+")
+_HEADER_TOKEN = re.compile("|".join(map(re.escape, _INFO_COLUMNS)) + r"|GPU\d+|\S+")
+_GLUED = re.compile(r"(?:GPU\d+){2,}\S*")  # "GPU0GPU1...GPU7mlx5_0": a header printed without tabs
 _UNSET = ("", "N/A")
 
 
 def _header(line: str) -> _Header:
     tabs = "\t" in line
     if tabs:
-        columns = [c.strip() for c in line.split("\t")[1:]]
+        # The row-label column is an empty first cell; some drivers print the header without it.
+        columns = [c.strip() for c in line.split("\t")]
+        columns = columns[1:] if not columns[0] else columns
         while columns and not columns[-1]:
             columns.pop()
+        columns = [
+            part for c in columns for part in (re.findall(r"GPU\d+|\S+", c) if _GLUED.fullmatch(c) else [c])
+        ]
         starts: list[int] = []
     else:
         found = list(_HEADER_TOKEN.finditer(line.expandtabs(8)))
@@ -110,51 +117,58 @@ def _row_cells(header: _Header, line: str) -> tuple[str, dict[str, str]] | None:
         if len(values) < n:
             return None
         return label, {**dict(zip(header.devices, values, strict=False)), **_info_cells(header, values[n:])}
-    words = list(re.finditer(r"\S+", line.expandtabs(8)))
-    if not words:
-        return None
-    label = words[0].group()
+    retabbed = _retab(line)
+    if retabbed is not None and header.starts:
+        return _row_cells(dataclasses.replace(header, tabs=True), retabbed)
+    words = line.split()
     n = len(header.devices)
-    matrix, tail = words[1 : n + 1], words[n + 1 :]
-    if len(matrix) < n:
+    if len(words) < n + 1:
         return None
-    cells = dict(zip(header.devices, (m.group() for m in matrix), strict=True))
+    label, matrix, tail = words[0], words[1 : n + 1], words[n + 1 :]
+    cells = dict(zip(header.devices, matrix, strict=True))
     info = [c for c in header.columns if c in _INFO_COLUMNS]
-    if len(tail) == len(info):
-        cells.update(zip(info, (m.group() for m in tail), strict=True))
-    elif tail and header.starts:
-        placed = _by_position(header, tail)
-        if placed is None:
-            return label, {**cells, **dict.fromkeys(info, "?")}
-        cells.update(placed)
+    # Re-spaced by hand: the info cells are known only when their count leaves no doubt.
+    cells.update(zip(info, tail, strict=True) if len(tail) == len(info) else dict.fromkeys(info, "?"))
     return label, cells
 
 
-def _info_cells(header: _Header, tail: list[str]) -> dict[str, str]:
-    """The info cells of a tab-separated row, by tab position.
+def _retab(line: str) -> str | None:
+    """Output whose tabs were expanded to spaces, with the tabs put back; None when the words do not
+    sit on 8-column tab stops (spaced by hand). Each tab moves to the next multiple of 8, so the
+    stops between two words are the tabs between them; an empty cell is one more tab."""
+    expanded = line.expandtabs(8)
+    out: list[str] = []
+    end = 0
+    for m in re.finditer(r"\S+", expanded):
+        start = m.start()
+        if m.group() == "X" and expanded[start - 1 : start] == " ":
+            start -= 1  # the diagonal cell is printed " X "
+        if out and start % 8:
+            return None
+        if out:
+            out.append("\t" * (start // 8 - end // 8))
+        out.append(m.group())
+        end = m.end()
+    return "".join(out)
 
-    The driver ends NIC rows with empty cells and prints two tabs before the GPU NUMA ID cell
-    ("0\t\tN/A" under "NUMA Affinity\tGPU NUMA ID"); any other surplus makes the cells "?"
-    (unknown) rather than a guess.
+
+def _info_cells(header: _Header, tail: list[str]) -> dict[str, str]:
+    """The info cells of a tab-separated row (what follows the matrix cells).
+
+    Drivers pad these cells with extra tabs, and not the same way: R3xx-R4xx print
+    "cpus\t\tnuma", newer ones "cpus\tnuma\t\tgpu-numa-id", and NIC rows end in empty cells. The
+    CPU Affinity cell comes right after the matrix (empty inside a cpuset that excludes the GPU's
+    CPUs); the later columns take the following non-empty cells in order. More non-empty cells
+    than columns make every info cell "?" (unknown) rather than a guess.
     """
     info = [c for c in header.columns if c in _INFO_COLUMNS]
-    if info[-1:] == ["GPU NUMA ID"] and len(tail) == len(info) + 1 and tail[-2] == "":
-        tail = tail[:-2] + tail[-1:]
-    while len(tail) > len(info) and tail[-1] == "":
-        tail = tail[:-1]
-    if len(tail) > len(info):
+    if not info:
+        return {}
+    first, rest = (tail[0] if tail else ""), [c for c in tail[1:] if c]
+    if len(rest) > len(info) - 1:
         return dict.fromkeys(info, "?")
-    return dict(zip(info, tail + [""] * (len(info) - len(tail)), strict=True))
-
-
-def _by_position(header: _Header, words: list[re.Match[str]]) -> dict[str, str] | None:
-    """Info cells that start exactly where a header column starts (tab stops, when tabs became
-    spaces); None when any cell starts elsewhere, since it could belong to either neighbour."""
-    info_at = {s: c for s, c in zip(header.starts, header.columns, strict=True) if c in _INFO_COLUMNS}
-    placed = {info_at.get(w.start(), ""): w.group() for w in words}
-    if "" in placed or len(placed) != len(words):
-        return None
-    return placed
+    rest += [""] * (len(info) - 1 - len(rest))
+    return dict(zip(info, [first, *rest], strict=True))
 
 
 def _legend(lines: list[str]) -> dict[str, str]:
@@ -181,6 +195,12 @@ def _number(cell: str) -> int | None:
     return int(cell) if cell.isdigit() else None
 
 
+def _is_header(line: str) -> bool:
+    """The header names GPU0 first (some drivers glue the names together) and has no X cell."""
+    words = line.split()
+    return bool(words) and words[0].startswith("GPU0") and "X" not in words
+
+
 def parse_topo(text: str) -> TopoMatrix:
     """Parse `nvidia-smi topo -m` (or `-mp`) output; ValueError when it holds no complete matrix.
 
@@ -191,8 +211,9 @@ def parse_topo(text: str) -> TopoMatrix:
     listed in `notes`.
     """
     lines = [_ANSI.sub("", line).rstrip() for line in text.splitlines()]
-    # The header is the line whose first word is GPU0 (a warning above it may mention GPU0 too).
-    header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"]), None)
+    # The header is the first line that starts with GPU0 and is not a row (a warning above it may
+    # mention GPU0 too, but not first).
+    header_at = next((i for i, line in enumerate(lines) if _is_header(line)), None)
     if header_at is None:
         raise ValueError("no GPU0 column: not `nvidia-smi topo -m` output")
     header = _header(lines[header_at])

@@ -97,17 +97,30 @@ class Topology:
 
 
 def _online_cpus(r: Reader) -> tuple[list[int], list[int]]:
-    """Online and offline CPUs: cpu/online, else each cpuN/online (absent means online, as for cpu0)."""
+    """Online and offline CPUs: cpu/online, else each cpuN/online (absent means online, as for cpu0),
+    else, with no /sys/devices/system/cpu at all, the "processor" entries of /proc/cpuinfo, which
+    lists online CPUs only (psutil's cpu_count falls back the same way)."""
     numbered = sorted(
         int(m.group(1)) for e in r.host.listdir(CPU_DIR) or [] if (m := re.fullmatch(r"cpu(\d+)", e))
     )
     online = r.cpulist(f"{CPU_DIR}/online")
+    if online is None and not numbered:
+        online = _cpuinfo_processors(r.text("/proc/cpuinfo"))
     if online is None:
         online = [c for c in numbered if r.value(f"{CPU_DIR}/cpu{c}/online") != "0"]
     # "present" CPUs exist; "possible" ones include empty hot-plug slots and are not offline CPUs.
     known = set(r.cpulist(f"{CPU_DIR}/present") or numbered)
     offline = sorted(known - set(online))
     return online, offline
+
+
+def _cpuinfo_processors(text: str | None) -> list[int] | None:
+    found = [
+        int(value)
+        for line in (text or "").splitlines()
+        if (parts := line.split(":", 1))[0].strip() == "processor" and (value := parts[-1].strip()).isdigit()
+    ]
+    return found or None
 
 
 def _gpu_memory_nodes(r: Reader) -> dict[int, str]:
