@@ -1,9 +1,13 @@
-"""GPU health: memory errors, pending repairs, clock slowdowns, persistence, power cap, temperature, driver.
+"""GPU health: memory errors, pending repairs, clock slowdowns, persistence, power, temperature, driver, MIG.
 
 A training job on a GPU with uncorrectable memory errors, a pending row remap or clocks held down
 by a hardware slowdown either crashes or drags every other rank of the job down with it: these are
 the node-level conditions DCGM's level-1 diagnostic and NVIDIA's memory error management guide
 tell operators to catch before scheduling work.
+
+A GPU in MIG mode is reported as such, with its MIG devices and their ECC counts: an
+uncorrectable error inside an instance is a fault of that GPU, and a MIG mode that differs from
+the pending one (set, but not applied until the GPU is reset) is a node left half-reconfigured.
 
 Facts come from NVML on this machine and from a recorded `nvidia-smi -q -x` in snapshots (see
 nodeagent.facts.nvml). Without NVML or NVIDIA GPUs the check gives one SKIPPED finding.
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 from nodeagent.check import Check, param
 from nodeagent.facts import gpus, nvidia_smi, nvml
-from nodeagent.facts.nvml import REASON_LABELS, GpuHealth, GpuReport
+from nodeagent.facts.nvml import REASON_LABELS, GpuHealth, GpuReport, MigInstance
 from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
@@ -26,6 +30,7 @@ ROW_REMAP_DOCS = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/row-rem
 PERSISTENCE_DOCS = "https://docs.nvidia.com/deploy/driver-persistence/persistence-daemon.html"
 CLOCK_REASONS_DOCS = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"
 DCGM_DIAG_DOCS = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+MIG_DOCS = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/"
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,8 @@ def _memory(r: GpuReport, g: GpuHealth) -> list[Finding]:
                 ID,
                 Status.FAIL,
                 f"{g.label}: {g.volatile_uncorrectable} uncorrectable ECC error(s) since the driver loaded",
-                {_key(r, g, "volatile uncorrectable ECC errors"): str(g.volatile_uncorrectable)},
+                {_key(r, g, "volatile uncorrectable ECC errors"): str(g.volatile_uncorrectable)}
+                | _instance_errors(r, g),
                 expected="0 volatile uncorrectable ECC errors",
                 remediation=f"Drain the node; with no process on the GPU reset it "
                 f"(`nvidia-smi -r -i {idx}`) or reboot, then run `dcgmi diag -r 3` before returning it to "
@@ -155,6 +161,134 @@ def _memory(r: GpuReport, g: GpuHealth) -> list[Finding]:
             )
         )
     return out
+
+
+# -- MIG -----------------------------------------------------------------------------------------
+def _faulty_instances(g: GpuHealth) -> list[MigInstance]:
+    return [m for m in g.mig_instances if m.volatile_uncorrectable]
+
+
+def _instance_errors(r: GpuReport, g: GpuHealth) -> dict[str, str]:
+    return {
+        _key(r, g, f"{m.label} volatile uncorrectable ECC errors"): str(m.volatile_uncorrectable)
+        for m in _faulty_instances(g)
+    }
+
+
+def _mig_unparsable(g: GpuHealth) -> dict[str, str]:
+    return {path: why for path, why in g.unparsable.items() if path.startswith(("mig_mode/", "mig_devices"))}
+
+
+def _mig_word(enabled: bool | None) -> str:
+    return "?" if enabled is None else "enabled" if enabled else "disabled"
+
+
+def _mig(r: GpuReport, g: GpuHealth) -> list[Finding]:
+    """MIG findings that are not OK: values that did not parse, a pending mode change, errors, no instance."""
+    bad = _mig_unparsable(g)
+    if bad:
+        return [
+            Finding(
+                ID,
+                Status.UNKNOWN,
+                f"{g.label}: MIG state unknown: {len(bad)} value(s) could not be parsed",
+                {_key(r, g, path): why for path, why in sorted(bad.items())},
+                expected="Enabled/Disabled MIG modes and numeric MIG device counters",
+                remediation=f"Compare with `nvidia-smi -q -d MIG -i {g.index}` on the node; re-record the "
+                "snapshot if it is truncated.",
+                subject=g.subject,
+            )
+        ]
+    out = []
+    if g.mig_current is not None and g.mig_pending is not None and g.mig_current != g.mig_pending:
+        out.append(
+            Finding(
+                ID,
+                Status.WARN,
+                f"{g.label}: MIG mode change pending: reset the GPU (MIG {_mig_word(g.mig_current)} now, "
+                f"{_mig_word(g.mig_pending)} after the next GPU reset)",
+                {
+                    _key(r, g, "MIG mode (current)"): _mig_word(g.mig_current),
+                    _key(r, g, "MIG mode (pending)"): _mig_word(g.mig_pending),
+                },
+                expected="the current MIG mode equal to the pending one",
+                remediation="Stop the processes on the GPU (and monitoring agents such as DCGM that hold "
+                f"it), then `nvidia-smi -r -i {g.index}`, or reboot; until then the GPU keeps its old mode "
+                f"({MIG_DOCS}).",
+                subject=g.subject,
+            )
+        )
+    faulty = _faulty_instances(g)
+    if faulty and not g.volatile_uncorrectable:  # else the GPU's own ECC finding lists them
+        total = sum(m.volatile_uncorrectable or 0 for m in faulty)
+        out.append(
+            Finding(
+                ID,
+                Status.FAIL,
+                f"{g.label}: {total} uncorrectable ECC error(s) in MIG device(s) "
+                + ", ".join(m.label for m in faulty),
+                _instance_errors(r, g),
+                expected="0 volatile uncorrectable ECC errors in every MIG device",
+                remediation=f"Drain the node; with no process on the GPU reset it (`nvidia-smi -r -i "
+                f"{g.index}`) or reboot, re-create its MIG layout (MIG devices do not survive a reboot: "
+                f"{MIG_DOCS}), then run `dcgmi diag -r 3`; errors that recur mean RMA "
+                f"({MEMORY_ERRORS_DOCS}).",
+                subject=g.subject,
+            )
+        )
+    if g.mig_current and g.mig_listed and not g.mig_instances:
+        out.append(
+            Finding(
+                ID,
+                Status.WARN,
+                f"{g.label}: MIG enabled but no MIG device: CUDA sees no device on this GPU",
+                {_key(r, g, "MIG mode (current)"): "enabled", _key(r, g, "MIG devices"): "none"},
+                expected="GPU and compute instances created on a GPU in MIG mode",
+                remediation=f"Create the instances (`nvidia-smi mig -i {g.index} -cgi PROFILES -C`, or the "
+                f"MIG manager / mig-parted layout), or disable MIG (`nvidia-smi -i {g.index} -mig 0`) "
+                f"({MIG_DOCS}).",
+                subject=g.subject,
+            )
+        )
+    return out
+
+
+def _mig_shapes(instances: tuple[MigInstance, ...]) -> str:
+    counts: dict[str, int] = {}
+    for m in instances:
+        counts[m.shape] = counts.get(m.shape, 0) + 1
+    return " + ".join(f"{n}x {shape}" for shape, n in counts.items())
+
+
+def _mig_ok(r: GpuReport, g: GpuHealth) -> Finding:
+    """A GPU in MIG mode whose MIG state is sound: what it is split into, and the instances' ECC."""
+    instances = g.mig_instances
+    evidence: dict[str, str] = {
+        _key(r, g, "MIG mode (current)"): "enabled",
+        _key(r, g, "MIG mode (pending)"): _mig_word(g.mig_pending),
+    }
+    if not g.mig_listed:
+        what = f"MIG devices not listed by {r.source}"
+        evidence[_key(r, g, "MIG devices")] = "not reported"
+    else:
+        counts = [m.volatile_uncorrectable for m in instances]
+        known = [c for c in counts if c is not None]
+        ecc = (
+            f"{sum(known)} uncorrectable ECC error(s) in the instances"
+            if len(known) == len(counts)
+            else "instance ECC not reported"
+            if not known
+            else f"{sum(known)} uncorrectable ECC error(s) in {len(known)} of {len(counts)} instances"
+        )
+        what = f"{len(instances)} instance(s) ({_mig_shapes(instances)}); {ecc}"
+        for m in instances:
+            ecc_text = (
+                "?" if m.volatile_uncorrectable is None else f"{m.volatile_uncorrectable} uncorrectable ECC"
+            )
+            evidence[_key(r, g, m.label)] = f"{m.shape}; {ecc_text}"
+    evidence[_key(r, g, g.pci_address or "summary")] = _summary(g)
+    evidence[f"{r.source}: driver version"] = r.driver_version or "?"
+    return Finding(ID, Status.OK, f"{g.label}: MIG enabled: {what}", evidence, subject=g.subject)
 
 
 def _clocks(r: GpuReport, g: GpuHealth, p: Params) -> list[Finding]:
@@ -324,6 +458,17 @@ def _summary(g: GpuHealth) -> str:
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
     r = f.report
+    if r.gpus and r.source == nvidia_smi.NVLINK_SOURCE:
+        # Only `nvidia-smi nvlink -s` names these GPUs: nothing about their health was recorded.
+        return [
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"{len(r.gpus)} GPU(s) named by `nvidia-smi nvlink -s`, but their health was not recorded",
+                {" ".join(nvidia_smi.COMMAND): "not recorded"},
+                subject="gpus",
+            )
+        ]
     if r.failure:
         return [
             Finding(
@@ -354,10 +499,14 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
         ]
     findings: list[Finding] = []
     healthy = []
+    mig_ok: list[Finding] = []
     for g in r.gpus:
         own = _unreadable(r, g) + _memory(r, g) + _clocks(r, g, p) + _settings(r, g, p)
-        findings += own
-        if not own:
+        mig = _mig(r, g)
+        findings += own + mig
+        if g.mig_current and not mig:
+            mig_ok.append(_mig_ok(r, g))
+        elif not own and not mig:
             healthy.append(g)
     findings += (
         _persistence(r, p)
@@ -377,17 +526,18 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
         }
         evidence.update({_key(r, g, g.pci_address or "summary"): _summary(g) for g in healthy})
         names = sorted({g.name or "?" for g in healthy})
+        in_mig = f"; {len(mig_ok)} in MIG mode, reported apart" if mig_ok else ""
         findings.append(
             Finding(
                 ID,
                 Status.OK,
                 f"{len(healthy)} of {len(r.gpus)} GPU(s) healthy ({', '.join(names)}); "
-                f"driver {r.driver_version or '?'}, CUDA {r.cuda_version or '?'}",
+                f"driver {r.driver_version or '?'}, CUDA {r.cuda_version or '?'}{in_mig}",
                 evidence,
                 subject="gpus",
             )
         )
-    return findings
+    return findings + mig_ok
 
 
 CHECK = Check(

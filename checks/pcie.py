@@ -4,6 +4,14 @@ A GPU trained to x8 instead of x16 moves half the data between host and device; 
 lanes cannot feed its port. Links are read from sysfs (Documentation/ABI/testing/sysfs-bus-pci:
 current_link_speed/width against max_link_speed/width, the device's own Link Capabilities).
 
+Where sysfs has no link attributes for a GPU (a recording holding only `nvidia-smi -q -x`, older
+kernels, some virtual machines), the GPU's driver says the same through NVML or `nvidia-smi -q -x`
+(<pci_gpu_link_info>): those GPUs are judged from it, each GPU once. GPUs lower their link
+generation when idle, so a generation below the maximum counts only while the GPU is busy; a
+width below the maximum is a physical matter (slot, riser, bifurcation); and a host whose slot
+tops out below the GPU's own maximum (max_host_link_gen < max_device_link_gen) limits the link
+without any fault of the GPU.
+
 GPU peer-to-peer (GPUDirect P2P between GPUs, GPUDirect RDMA between a GPU and a NIC) goes
 directly through the PCIe switch that the two devices share, unless Access Control Services (ACS)
 on the switch's ports redirect it up to the root complex, or the IOMMU translates it: "IO
@@ -21,7 +29,8 @@ from dataclasses import dataclass, field
 
 from nodeagent import parse
 from nodeagent.check import Check, param
-from nodeagent.facts import gpus, network, pci, system
+from nodeagent.facts import gpus, network, nvidia_smi, nvml, pci, system
+from nodeagent.facts.nvml import GpuHealth, GpuReport, PcieLink
 from nodeagent.facts.pci import PCI_DIR, PciDevice
 from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
@@ -57,6 +66,17 @@ class Params:
         "link generation and width 'may be reduced when the GPU is not in use' "
         f"({SMI_DOC}). By default a GPU below its max speed at full width is a WARN to re-check under "
         "load; set true when the check runs while the GPUs are busy, to make it a FAIL.",
+    )
+    busy_utilization_pct: float = param(
+        20.0,
+        "A GPU whose utilization (the share of the last sample period with a kernel running, "
+        f"nvidia-smi's utilization.gpu, {SMI_DOC}) is above this is busy, and its link should run at "
+        "its maximum generation; below it, a lower generation is the driver's idle power saving.",
+    )
+    busy_max_pstate: int = param(
+        2,
+        "A GPU in this performance state or a faster one (P0, P1: maximum performance; P2: "
+        f"balanced; P8 and up: idle, {SMI_DOC}) counts as busy for the link generation.",
     )
     allow_acs_redirect: bool = param(
         False,
@@ -135,6 +155,9 @@ class Facts:
     iommu_groups: list[str] | None  # None: /sys/kernel/iommu_groups absent
     gpu_iommu: dict[str, tuple[str | None, str | None]]  # GPU -> (group, group type)
     acs: dict[str, Acs | None] = field(default_factory=dict)  # bridge above a GPU/NIC -> ACS; None: no config
+    # What the GPUs' driver says (NVML here, `nvidia-smi -q -x` on recordings): read only when a GPU
+    # has no sysfs link to judge, or a recording shows no GPU in sysfs. None: not read.
+    gpu_report: GpuReport | None = None
 
 
 def _bad_link_value(attr: str, raw: str) -> bool:
@@ -201,7 +224,19 @@ def collect(host: Host) -> Facts:
         iommu_groups=groups,
         gpu_iommu=gpu_iommu,
         acs=acs,
+        gpu_report=nvml.collect(host) if _driver_needed(host, by_addr, gpu_addrs) else None,
     )
+
+
+def _driver_needed(host: Host, by_addr: dict[str, PciDevice], gpu_addrs: list[str]) -> bool:
+    """Whether some GPU's link can only come from its driver (memoized: the gpu check reads it too).
+
+    On this machine NVML is asked only for GPUs that sysfs shows without a judgeable link, so
+    `nodeagent check --only pcie` on a healthy node never loads it.
+    """
+    if not gpu_addrs:
+        return host.kind != "local"  # a recording may hold only nvidia-smi's view of its GPUs
+    return any(a not in by_addr or not _judgeable(by_addr[a]) for a in gpu_addrs)
 
 
 # -- links ---------------------------------------------------------------------------------------
@@ -380,7 +415,8 @@ def _links(f: Facts, p: Params) -> list[Finding]:
         ]
     findings, full = _downtrained(f, p)
     with_attrs = [d for d in f.devices if _has_link_attrs(d)]
-    unjudged = [d for d in with_attrs if not _judgeable(d)]
+    by_driver = {g.pci_address for g in _driver_gpus(f) if g.pcie is not None}
+    unjudged = [d for d in with_attrs if not _judgeable(d) and d.address not in by_driver]
     unjudged_ev = {f"{PCI_DIR}/{d.address}/max_link_speed": "absent" for d in unjudged[:20]}
     note = (
         f"{len(unjudged)} device(s) with link attributes not judgeable: no max_link_speed/max_link_width "
@@ -421,6 +457,255 @@ def _links(f: Facts, p: Params) -> list[Finding]:
             )
         )
     return findings
+
+
+# -- GPU links from the driver (NVML, or `nvidia-smi -q -x` on recordings) ------------------------
+_LINK_FIELDS = ("gen_current", "gen_max", "gen_device_max", "gen_host_max", "width_current", "width_max")
+_LOAD_FIELDS = ("utilization_pct", "performance_state")
+_GPU_LINKS = "gpu-links"
+
+
+def _where(r: GpuReport, name: str) -> str | None:
+    """Where the driver gave a value: the XML path below <gpu>, or the NVML function."""
+    if r.source == nvidia_smi.SOURCE:
+        return {**nvidia_smi.PCIE_PATHS, **nvidia_smi.LOAD_PATHS}.get(name)
+    return {**nvml.PCIE_QUERIES, **nvml.LOAD_QUERIES}.get(name)
+
+
+def _driver_key(r: GpuReport, g: GpuHealth, name: str) -> str:
+    return f"{r.source}: GPU{g.index} {_where(r, name) or name}"
+
+
+def _driver_gpus(f: Facts) -> list[GpuHealth]:
+    """The driver's GPUs whose link sysfs does not judge: each GPU is judged from one source only."""
+    if f.gpu_report is None:
+        return []
+    by_sysfs = {d.address for d in f.devices if _judgeable(d)}
+    return [g for g in f.gpu_report.gpus if g.pci_address not in by_sysfs]
+
+
+def _gen_top(link: PcieLink) -> int | None:
+    """The generation the link can reach: max_link_gen, else the lower of the GPU's and the host's."""
+    if link.gen_max is not None:
+        return link.gen_max
+    if link.gen_device_max is not None and link.gen_host_max is not None:
+        return min(link.gen_device_max, link.gen_host_max)
+    return None
+
+
+def _busy(g: GpuHealth, p: Params) -> bool | None:
+    """Busy by utilization or performance state; None when the driver gave neither."""
+    util, pstate = g.utilization_pct, g.performance_state
+    if p.gpu_under_load:
+        return True
+    if (util is not None and util > p.busy_utilization_pct) or (
+        pstate is not None and pstate <= p.busy_max_pstate
+    ):
+        return True
+    return None if util is None and pstate is None else False
+
+
+def _load(g: GpuHealth) -> str:
+    parts = [] if g.utilization_pct is None else [f"utilization {g.utilization_pct:g}%"]
+    if g.performance_state is not None:
+        parts.append(f"P{g.performance_state}")
+    return ", ".join(parts) or "load not reported"
+
+
+def _unparsable_of(r: GpuReport, g: GpuHealth, names: tuple[str, ...]) -> dict[str, str]:
+    paths = {_where(r, n) for n in names}
+    return {f"{r.source}: GPU{g.index} {k}": why for k, why in g.unparsable.items() if k in paths}
+
+
+def _driver_evidence(r: GpuReport, g: GpuHealth) -> dict[str, str]:
+    link = g.pcie or PcieLink()
+    ev: dict[str, str] = {}
+    for name in _LINK_FIELDS:
+        value = getattr(link, name)
+        if value is not None and _where(r, name):
+            ev[_driver_key(r, g, name)] = f"{value}x" if name.startswith("width") else str(value)
+    if g.utilization_pct is not None:
+        ev[_driver_key(r, g, "utilization_pct")] = f"{g.utilization_pct:g} %"
+    if g.performance_state is not None:
+        ev[_driver_key(r, g, "performance_state")] = f"P{g.performance_state}"
+    return ev | _unparsable_of(r, g, _LINK_FIELDS + _LOAD_FIELDS)
+
+
+def _gen_note(r: GpuReport, g: GpuHealth, link: PcieLink, p: Params) -> tuple[Status, str] | None:
+    top = _gen_top(link)
+    if link.gen_current is None or top is None or link.gen_current >= top:
+        return None
+    at = f"link at Gen{link.gen_current} (max Gen{top})"
+    busy = _busy(g, p)
+    if busy:
+        return Status.WARN, f"{at} while the GPU is busy ({_load(g)})"
+    if busy is False:
+        return Status.OK, f"{at}: normal when idle; judged under load ({_load(g)})"
+    bad_load = _unparsable_of(r, g, _LOAD_FIELDS)
+    return (
+        Status.UNKNOWN if bad_load else Status.SKIPPED
+    ), f"{at}, and the GPU's load is unknown: not judged"
+
+
+def _link_notes(r: GpuReport, g: GpuHealth, link: PcieLink, p: Params) -> list[tuple[Status, str]]:
+    """What is worth saying about one link, each with its status; [] for a link at its maximum."""
+    notes: list[tuple[Status, str]] = []
+    if link.width_current is not None and link.width_max is not None and link.width_current < link.width_max:
+        notes.append(
+            (
+                Status.WARN,
+                f"width x{link.width_current} below its max x{link.width_max} (slot, riser or bifurcation)",
+            )
+        )
+    gen = _gen_note(r, g, link, p)
+    if gen is not None:
+        notes.append(gen)
+    if link.host_limited:
+        host = link.gen_host_max if link.gen_host_max is not None else link.gen_max
+        notes.append(
+            (
+                Status.OK,
+                f"the host limits the link to Gen{host} (the GPU supports Gen{link.gen_device_max}): "
+                "not a GPU fault",
+            )
+        )
+    return notes
+
+
+def _combined(statuses: list[Status]) -> Status:
+    """WARN or UNKNOWN when any says so; SKIPPED when a part was not judged; else OK."""
+    serious = [s for s in statuses if s.rank >= Status.WARN.rank]
+    if serious:
+        return max(serious, key=lambda s: s.rank)
+    return Status.SKIPPED if Status.SKIPPED in statuses else Status.OK
+
+
+def _num(value: int | None, prefix: str = "") -> str:
+    return "?" if value is None else f"{prefix}{value}"
+
+
+def _link_finding(r: GpuReport, g: GpuHealth, link: PcieLink, notes: list[tuple[Status, str]]) -> Finding:
+    status = _combined([s for s, _ in notes])
+    top = _gen_top(link)
+    shape = (
+        f"x{_num(link.width_current)} Gen{_num(link.gen_current)}, max x{_num(link.width_max)} Gen{_num(top)}"
+    )
+    narrow = any(s is Status.WARN and t.startswith("width") for s, t in notes)
+    return Finding(
+        ID,
+        status,
+        f"{g.label} PCIe link {shape} ({r.source}): " + "; ".join(t for _, t in notes),
+        _driver_evidence(r, g),
+        expected=f"x{_num(link.width_max)}, and Gen{_num(top)} while busy",
+        remediation=_link_remediation(g, narrow) if status is Status.WARN else "",
+        subject=g.subject,
+    )
+
+
+def _link_remediation(g: GpuHealth, narrow: bool) -> str:
+    check = (
+        "Re-check while a job runs: nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,"
+        f"pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max --format=csv ({SMI_DOC})."
+    )
+    if not narrow:
+        return (
+            "Check the BIOS PCIe speed setting (Auto) and AER errors in dmesg (a link retrained down). "
+            + check
+        )
+    address = g.pci_address or "ADDRESS"
+    return (
+        "Reseat the card, check the riser or cable, the slot's wiring (board manual) and the BIOS "
+        f"bifurcation setting; compare LnkCap and LnkSta: lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'. "
+        + check
+    )
+
+
+def _driver_missing(f: Facts, r: GpuReport) -> list[Finding]:
+    """GPUs without a sysfs link, and a driver report without GPUs: say what was not judged."""
+    by_sysfs = {d.address for d in f.devices if _judgeable(d)}
+    missing = [a for a in f.gpus if a not in by_sysfs]
+    if not missing:
+        return []
+    why = r.error or r.reason or r.failure or "no GPU listed"
+    ev = {f"{PCI_DIR}/{a}/max_link_speed": "absent" for a in missing[:8]} | r.status_evidence()
+    return [
+        Finding(
+            ID,
+            Status.UNKNOWN if r.error else Status.SKIPPED,
+            f"PCIe links of {len(missing)} GPU(s) not judged: no link attributes in sysfs, and no link "
+            f"from {r.source} ({why})",
+            ev,
+            subject=_GPU_LINKS,
+        )
+    ]
+
+
+def _driver_links(f: Facts, p: Params) -> list[Finding]:
+    r = f.gpu_report
+    if r is None:
+        return []
+    if not r.gpus:
+        return _driver_missing(f, r)
+    out: list[Finding] = []
+    at_max: list[GpuHealth] = []
+    blind: list[GpuHealth] = []
+    for g in _driver_gpus(f):
+        link = g.pcie or PcieLink()
+        bad = _unparsable_of(r, g, _LINK_FIELDS)
+        if bad:
+            out.append(
+                Finding(
+                    ID,
+                    Status.UNKNOWN,
+                    f"{g.label} PCIe link unknown: {len(bad)} value(s) in the {r.source} output could not "
+                    "be parsed",
+                    bad,
+                    expected="a generation number and a width such as 16x",
+                    remediation="Re-record the snapshot, or compare with `nvidia-smi -q -d PCI` on the node.",
+                    subject=g.subject,
+                )
+            )
+            continue
+        comparable = (link.width_current is not None and link.width_max is not None) or (
+            link.gen_current is not None and _gen_top(link) is not None
+        )
+        if not comparable:
+            blind.append(g)
+            continue
+        notes = _link_notes(r, g, link, p)
+        if notes:
+            out.append(_link_finding(r, g, link, notes))
+        else:
+            at_max.append(g)
+    if at_max:
+        out.append(
+            Finding(
+                ID,
+                Status.OK,
+                f"{len(at_max)} GPU PCIe link(s) at their max generation and width ({r.source}; sysfs has no "
+                "link attributes for them)",
+                {k: v for g in at_max for k, v in _driver_evidence(r, g).items()},
+                subject=_GPU_LINKS,
+            )
+        )
+    if blind:
+        out.append(
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"PCIe links of {len(blind)} GPU(s) not judged: neither sysfs nor {r.source} gives both the "
+                "current and the max generation or width",
+                {
+                    _driver_key(r, g, name): "absent or N/A"
+                    for g in blind[:8]
+                    for name in ("gen_current", "gen_max", "width_current", "width_max")
+                    if getattr(g.pcie or PcieLink(), name) is None
+                }
+                | {k: v for g in blind[:8] for k, v in _driver_evidence(r, g).items()},
+                subject=_GPU_LINKS,
+            )
+        )
+    return out
 
 
 # -- IOMMU and ACS -------------------------------------------------------------------------------
@@ -572,13 +857,13 @@ def _acs(f: Facts, p: Params) -> list[Finding]:
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
-    findings = _links(f, p)
+    findings = _links(f, p) + _driver_links(f, p)
     if not f.gpus:
         findings.append(
             Finding(
                 ID,
                 Status.SKIPPED,
-                "no GPUs: IOMMU and ACS settings for GPU peer-to-peer not judged",
+                "no GPU among the PCI devices: IOMMU and ACS settings for GPU peer-to-peer not judged",
                 {PCI_DIR: f"{len(f.devices)} devices, none a GPU"},
                 subject="p2p",
             )
@@ -601,9 +886,10 @@ CHECK = Check(
         *network.PATHS,
         *gpus.PATHS,
         *system.PATHS,
+        *nvml.PATHS,
         f"{PCI_DIR}/*/config",
         f"{PCI_DIR}/*/iommu_group",
         f"{IOMMU_DIR}/*/type",
     ),
-    commands=gpus.COMMANDS,
+    commands=(*gpus.COMMANDS, nvidia_smi.COMMAND),
 )

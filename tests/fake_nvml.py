@@ -61,6 +61,11 @@ NVML_NVLINK_ERROR_DL_ECC_DATA = 4
 NVML_NVLINK_STATE_INACTIVE = 0x0
 NVML_NVLINK_STATE_ACTIVE = 0x1
 NVML_NVLINK_STATE_SLEEP = 0x2
+NVML_DEVICE_MIG_DISABLE = 0x0
+NVML_DEVICE_MIG_ENABLE = 0x1
+NVML_PSTATE_0 = 0
+NVML_PSTATE_8 = 8
+NVML_PSTATE_UNKNOWN = 32
 
 nvmlClocksEventReasonGpuIdle = 0x0000000000000001
 nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
@@ -163,6 +168,18 @@ class FakeLink:
 
 
 @dataclass
+class FakeMig:
+    """A MIG device: a 1g.10gb instance of an A100-SXM4-80GB unless told otherwise."""
+
+    gpu_instance_id: Any = 7
+    compute_instance_id: Any = 0
+    name: Any = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    multiprocessors: int = 14
+    memory_mb: int = 9856
+    volatile_uncorrectable: Any = 0
+
+
+@dataclass
 class FakeGpu:
     """An A100-SXM4-80GB on an HGX board, healthy, unless told otherwise."""
 
@@ -188,6 +205,16 @@ class FakeGpu:
     slowdown_threshold: Any = 92
     nvlinks: Sequence[FakeLink] | Fail = field(default_factory=lambda: [FakeLink() for _ in range(12)])
     handle: Any = None  # Fail(...): the GPU cannot even be opened
+    mig_mode: Any = (NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_DISABLE)  # (current, pending)
+    mig_slots: Any = 7  # nvmlDeviceGetMaxMigDeviceCount: 7 on an A100
+    migs: Sequence[FakeMig | None] = ()  # MIG devices by slot; None (or past the end): an empty slot
+    pcie_gen: Any = 4
+    pcie_gen_max: Any = 4  # possible with this GPU and this host
+    pcie_gen_gpu_max: Any = 4  # the GPU's own
+    pcie_width: Any = 16
+    pcie_width_max: Any = 16
+    utilization: Any = 0  # percent
+    pstate: Any = NVML_PSTATE_0
 
     @classmethod
     def consumer(cls, bus_id: str = "00000000:01:00.0") -> FakeGpu:
@@ -209,6 +236,9 @@ class FakeGpu:
             temperature=NOT_SUPPORTED,
             slowdown_threshold=NOT_SUPPORTED,
             nvlinks=NOT_SUPPORTED,
+            mig_mode=NOT_SUPPORTED,
+            utilization=NOT_SUPPORTED,
+            pstate=NOT_SUPPORTED,
         )
 
 
@@ -228,6 +258,28 @@ def hgx(count: int = 8, **changes: Any) -> list[FakeGpu]:
 @dataclass
 class _Handle:
     index: int
+
+
+@dataclass
+class _MigHandle:
+    index: int  # the parent GPU
+    slot: int
+
+
+@dataclass
+class Attributes:
+    """As nvmlDeviceAttributes_t (pynvml's c_nvmlDeviceAttributes), the fields nodeagent reads."""
+
+    multiprocessorCount: int  # pynvml's field names
+    memorySizeMB: int
+
+
+@dataclass
+class Utilization:
+    """As nvmlUtilization_t (pynvml's c_nvmlUtilization_t)."""
+
+    gpu: int
+    memory: int
 
 
 @dataclass
@@ -267,6 +319,11 @@ class FakeNvml:
     def _gpu(self, handle: _Handle) -> FakeGpu:
         return self.gpus[handle.index]
 
+    def _mig(self, handle: _MigHandle) -> FakeMig:
+        mig = self.gpus[handle.index].migs[handle.slot]
+        assert mig is not None
+        return mig
+
     def _link(self, handle: _Handle, link: int) -> Any:
         links = _answer(self._gpu(handle).nvlinks)
         if link >= len(links):
@@ -301,8 +358,8 @@ class FakeNvml:
         _answer(self.gpus[index].handle)
         return _Handle(index)
 
-    def nvmlDeviceGetName(self, h: _Handle) -> Any:
-        return _answer(self._gpu(h).name)
+    def nvmlDeviceGetName(self, h: _Handle | _MigHandle) -> Any:
+        return _answer(self._mig(h).name if isinstance(h, _MigHandle) else self._gpu(h).name)
 
     def nvmlDeviceGetPciInfo(self, h: _Handle) -> PciInfo:
         bus = self._gpu(h).bus_id
@@ -317,8 +374,11 @@ class FakeNvml:
     def nvmlDeviceGetEccMode(self, h: _Handle) -> list[int]:
         return list(_answer(self._gpu(h).ecc_mode))
 
-    def nvmlDeviceGetTotalEccErrors(self, h: _Handle, error_type: int, counter_type: int) -> Any:
+    def nvmlDeviceGetTotalEccErrors(self, h: _Handle | _MigHandle, error_type: int, counter_type: int) -> Any:
         assert error_type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        if isinstance(h, _MigHandle):
+            assert counter_type == NVML_VOLATILE_ECC
+            return _answer(self._mig(h).volatile_uncorrectable)
         g = self._gpu(h)
         value = g.volatile_uncorrectable if counter_type == NVML_VOLATILE_ECC else g.aggregate_uncorrectable
         return _answer(value)
@@ -378,6 +438,51 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkErrorCounter(self, h: _Handle, link: int, counter: int) -> Any:
         errors = _answer(self._link(h, link).errors)
         return _answer(errors[counter])
+
+    def nvmlDeviceGetMigMode(self, h: _Handle) -> list[int]:
+        return list(_answer(self._gpu(h).mig_mode))
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).mig_slots)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: _Handle, slot: int) -> _MigHandle:
+        g = self._gpu(h)
+        if slot >= _answer(g.mig_slots):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if slot >= len(g.migs) or g.migs[slot] is None:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return _MigHandle(h.index, slot)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: _MigHandle) -> Any:
+        return _answer(self._mig(h).gpu_instance_id)
+
+    def nvmlDeviceGetComputeInstanceId(self, h: _MigHandle) -> Any:
+        return _answer(self._mig(h).compute_instance_id)
+
+    def nvmlDeviceGetAttributes(self, h: _MigHandle) -> Attributes:
+        mig = self._mig(h)
+        return Attributes(multiprocessorCount=mig.multiprocessors, memorySizeMB=mig.memory_mb)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pcie_gen)
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pcie_gen_max)
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pcie_gen_gpu_max)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pcie_width)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pcie_width_max)
+
+    def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> Utilization:
+        return Utilization(gpu=_answer(self._gpu(h).utilization), memory=0)
+
+    def nvmlDeviceGetPerformanceState(self, h: _Handle) -> Any:
+        return _answer(self._gpu(h).pstate)
 
 
 API = [name for name in vars(FakeNvml) if name.startswith("nvml")]

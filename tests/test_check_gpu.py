@@ -30,8 +30,10 @@ DEFAULT = gpu.Params()
 # -- real `nvidia-smi -q -x` recordings (trimmed: memory, clocks and process sections left out) -----
 
 # Checkmk/checkmk, tests/unit-shell/agents/plugins/test_nvidia_smi.sh (commit 8ef3ba86): an
-# A100-SXM4-80GB with MIG enabled, driver 535.54.03 (nvsmi_device_v12.dtd). Row remapping reads
-# N/A there (NVML does not report it while MIG instances exist) and persistence mode is off.
+# A100-SXM4-80GB with MIG enabled and four MIG devices (GPU instances 3-6, compute instance 0, 14 SMs
+# and 19968 MiB each, 0 volatile uncorrectable SRAM errors each), driver 535.54.03
+# (nvsmi_device_v12.dtd). Row remapping reads N/A there (NVML does not report it while MIG
+# instances exist) and persistence mode is off. The <mig_devices> block is verbatim.
 A100_XML = """
 <?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">
@@ -52,6 +54,132 @@ A100_XML = """
             <current_mig>Enabled</current_mig>
             <pending_mig>Enabled</pending_mig>
         </mig_mode>
+        <mig_devices>
+            <mig_device>
+                <index>0</index>
+                <gpu_instance_id>3</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <device_attributes>
+                    <shared>
+                        <multiprocessor_count>14</multiprocessor_count>
+                        <copy_engine_count>1</copy_engine_count>
+                        <encoder_count>0</encoder_count>
+                        <decoder_count>1</decoder_count>
+                        <ofa_count>0</ofa_count>
+                        <jpg_count>0</jpg_count>
+                    </shared>
+                </device_attributes>
+                <ecc_error_count>
+                    <volatile_count>
+                        <sram_uncorrectable>0</sram_uncorrectable>
+                    </volatile_count>
+                </ecc_error_count>
+                <fb_memory_usage>
+                    <total>19968 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>12 MiB</used>
+                    <free>19955 MiB</free>
+                </fb_memory_usage>
+                <bar1_memory_usage>
+                    <total>32767 MiB</total>
+                    <used>0 MiB</used>
+                    <free>32767 MiB</free>
+                </bar1_memory_usage>
+            </mig_device>
+            <mig_device>
+                <index>1</index>
+                <gpu_instance_id>4</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <device_attributes>
+                    <shared>
+                        <multiprocessor_count>14</multiprocessor_count>
+                        <copy_engine_count>1</copy_engine_count>
+                        <encoder_count>0</encoder_count>
+                        <decoder_count>1</decoder_count>
+                        <ofa_count>0</ofa_count>
+                        <jpg_count>0</jpg_count>
+                    </shared>
+                </device_attributes>
+                <ecc_error_count>
+                    <volatile_count>
+                        <sram_uncorrectable>0</sram_uncorrectable>
+                    </volatile_count>
+                </ecc_error_count>
+                <fb_memory_usage>
+                    <total>19968 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>12 MiB</used>
+                    <free>19955 MiB</free>
+                </fb_memory_usage>
+                <bar1_memory_usage>
+                    <total>32767 MiB</total>
+                    <used>0 MiB</used>
+                    <free>32767 MiB</free>
+                </bar1_memory_usage>
+            </mig_device>
+            <mig_device>
+                <index>2</index>
+                <gpu_instance_id>5</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <device_attributes>
+                    <shared>
+                        <multiprocessor_count>14</multiprocessor_count>
+                        <copy_engine_count>1</copy_engine_count>
+                        <encoder_count>0</encoder_count>
+                        <decoder_count>1</decoder_count>
+                        <ofa_count>0</ofa_count>
+                        <jpg_count>0</jpg_count>
+                    </shared>
+                </device_attributes>
+                <ecc_error_count>
+                    <volatile_count>
+                        <sram_uncorrectable>0</sram_uncorrectable>
+                    </volatile_count>
+                </ecc_error_count>
+                <fb_memory_usage>
+                    <total>19968 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>12 MiB</used>
+                    <free>19955 MiB</free>
+                </fb_memory_usage>
+                <bar1_memory_usage>
+                    <total>32767 MiB</total>
+                    <used>0 MiB</used>
+                    <free>32767 MiB</free>
+                </bar1_memory_usage>
+            </mig_device>
+            <mig_device>
+                <index>3</index>
+                <gpu_instance_id>6</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <device_attributes>
+                    <shared>
+                        <multiprocessor_count>14</multiprocessor_count>
+                        <copy_engine_count>1</copy_engine_count>
+                        <encoder_count>0</encoder_count>
+                        <decoder_count>1</decoder_count>
+                        <ofa_count>0</ofa_count>
+                        <jpg_count>0</jpg_count>
+                    </shared>
+                </device_attributes>
+                <ecc_error_count>
+                    <volatile_count>
+                        <sram_uncorrectable>0</sram_uncorrectable>
+                    </volatile_count>
+                </ecc_error_count>
+                <fb_memory_usage>
+                    <total>19968 MiB</total>
+                    <reserved>0 MiB</reserved>
+                    <used>12 MiB</used>
+                    <free>19955 MiB</free>
+                </fb_memory_usage>
+                <bar1_memory_usage>
+                    <total>32767 MiB</total>
+                    <used>0 MiB</used>
+                    <free>32767 MiB</free>
+                </bar1_memory_usage>
+            </mig_device>
+        </mig_devices>
         <serial>1650522003820</serial>
         <uuid>GPU-513536b6-7d19-9063-b049-1e69664bb298</uuid>
         <minor_number>1</minor_number>
@@ -654,6 +782,88 @@ def test_proc_driver_gpus_alone_is_enough_to_try_nvml(
     assert statuses(run(gpu.CHECK, LocalHost(str(tmp_path)))) == [Status.OK]
 
 
+# -- MIG through NVML --------------------------------------------------------------------------
+
+
+def test_nvml_mig_devices(nvml_node: Any) -> None:
+    # Seven 1g.10gb devices, slots 0-6 (NVML names a MIG device "<GPU name> MIG <profile>").
+    migs = [fake.FakeMig(gpu_instance_id=7 + i) for i in range(7)]
+    gpus = fake.hgx(2)
+    gpus[1].mig_mode = (fake.NVML_DEVICE_MIG_ENABLE, fake.NVML_DEVICE_MIG_ENABLE)
+    gpus[1].migs = migs
+    gpus[1].utilization = fake.NOT_SUPPORTED  # as NVML answers for a GPU in MIG mode
+    host, _ = nvml_node(gpus)
+    g = nvml.collect(host).gpus[1]
+    assert (g.mig_current, g.mig_pending) == (True, True)
+    assert g.mig_listed
+    assert [(m.index, m.gpu_instance_id, m.compute_instance_id, m.profile) for m in g.mig_instances] == [
+        (i, 7 + i, 0, "1g.10gb") for i in range(7)
+    ]
+    assert (g.mig_instances[0].multiprocessors, g.mig_instances[0].memory_mib) == (14, 9856.0)
+    assert g.errors == {}
+    assert nvml.collect(host).gpus[0].mig_current is False
+    findings = run(gpu.CHECK, host)
+    assert statuses(findings) == [Status.OK, Status.OK]
+    plain, mig = findings
+    assert plain.summary.startswith("1 of 2 GPU(s) healthy (NVIDIA A100-SXM4-80GB)")
+    assert plain.summary.endswith("; 1 in MIG mode, reported apart")
+    assert mig.summary == (
+        "GPU1 (0000:0f:00.0): MIG enabled: 7 instance(s) (7x 1g.10gb); "
+        "0 uncorrectable ECC error(s) in the instances"
+    )
+    assert mig.evidence["NVML: GPU1 MIG 6 (GI 13/CI 0)"] == "1g.10gb; 0 uncorrectable ECC"
+
+
+def test_nvml_mig_empty_slots_are_not_errors(nvml_node: Any) -> None:
+    # A 3g.40gb and a 4g.40gb: NVML answers NOT_FOUND for the slots nobody created.
+    gpu0 = fake.FakeGpu(
+        mig_mode=(fake.NVML_DEVICE_MIG_ENABLE, fake.NVML_DEVICE_MIG_ENABLE),
+        migs=[
+            fake.FakeMig(gpu_instance_id=1, name="NVIDIA A100-SXM4-80GB MIG 4g.40gb"),
+            None,
+            fake.FakeMig(gpu_instance_id=2, name="NVIDIA A100-SXM4-80GB MIG 3g.40gb"),
+        ],
+    )
+    host, _ = nvml_node([gpu0])
+    g = nvml.collect(host).gpus[0]
+    assert [(m.index, m.profile) for m in g.mig_instances] == [(0, "4g.40gb"), (2, "3g.40gb")]
+    assert g.errors == {}
+
+
+def test_nvml_mig_instance_ecc_is_a_fault_of_the_gpu(nvml_node: Any) -> None:
+    gpu0 = fake.FakeGpu(
+        mig_mode=(fake.NVML_DEVICE_MIG_ENABLE, fake.NVML_DEVICE_MIG_ENABLE),
+        migs=[fake.FakeMig(gpu_instance_id=1), fake.FakeMig(gpu_instance_id=2, volatile_uncorrectable=2)],
+    )
+    host, _ = nvml_node([gpu0])
+    fail = by_status(run(gpu.CHECK, host), Status.FAIL)
+    assert [(f.subject, f.summary) for f in fail] == [
+        (
+            "0000:07:00.0",
+            "GPU0 (0000:07:00.0): 2 uncorrectable ECC error(s) in MIG device(s) MIG 1 (GI 2/CI 0)",
+        )
+    ]
+    assert fail[0].evidence == {"NVML: GPU0 MIG 1 (GI 2/CI 0) volatile uncorrectable ECC errors": "2"}
+
+
+def test_nvml_mig_mode_change_pending(nvml_node: Any) -> None:
+    # `nvidia-smi -i 0 -mig 1` with a process on the GPU leaves MIG "pending enable" until a reset.
+    host, _ = nvml_node([fake.FakeGpu(mig_mode=(fake.NVML_DEVICE_MIG_DISABLE, fake.NVML_DEVICE_MIG_ENABLE))])
+    warn = by_status(run(gpu.CHECK, host), Status.WARN)
+    assert [f.summary for f in warn] == [
+        "GPU0 (0000:07:00.0): MIG mode change pending: reset the GPU (MIG disabled now, enabled after the "
+        "next GPU reset)"
+    ]
+    assert gpu.MIG_DOCS in warn[0].remediation
+
+
+def test_nvml_without_mig_functions(nvml_node: Any) -> None:
+    host, _ = nvml_node(fake.hgx(1), without=["nvmlDeviceGetMigMode"])
+    g = nvml.collect(host).gpus[0]
+    assert (g.mig_current, g.mig_pending, g.mig_instances, g.mig_listed) == (None, None, (), False)
+    assert statuses(run(gpu.CHECK, host)) == [Status.OK]
+
+
 # -- nvidia-smi -q -x ----------------------------------------------------------------------------
 
 
@@ -726,6 +936,126 @@ def test_parse_rejects_what_is_not_the_xml(text: str) -> None:
         nvidia_smi.parse_xml(text)
 
 
+# The fourth MIG device of A100_XML (GPU instance 6), as printed.
+_MIG_DEVICE_3 = """<gpu_instance_id>6</gpu_instance_id>
+                <compute_instance_id>0</compute_instance_id>
+                <device_attributes>
+                    <shared>
+                        <multiprocessor_count>14</multiprocessor_count>
+                        <copy_engine_count>1</copy_engine_count>
+                        <encoder_count>0</encoder_count>
+                        <decoder_count>1</decoder_count>
+                        <ofa_count>0</ofa_count>
+                        <jpg_count>0</jpg_count>
+                    </shared>
+                </device_attributes>
+                <ecc_error_count>
+                    <volatile_count>
+                        <sram_uncorrectable>0</sram_uncorrectable>"""
+
+
+def test_parse_mig_devices() -> None:
+    # Every value below is read off A100_XML: <mig_mode>, then each <mig_device>.
+    (g,) = nvidia_smi.parse_xml(A100_XML).gpus
+    assert (g.mig_current, g.mig_pending) == (True, True)
+    assert g.mig_listed
+    assert [
+        (m.index, m.gpu_instance_id, m.compute_instance_id, m.multiprocessors, m.memory_mib, m.profile)
+        for m in g.mig_instances
+    ] == [(i, 3 + i, 0, 14, 19968.0, None) for i in range(4)]
+    assert [m.volatile_uncorrectable for m in g.mig_instances] == [0, 0, 0, 0]
+    assert g.unparsable == {}
+
+
+def test_parse_mig_off_and_not_capable() -> None:
+    # P100 (R375): no <mig_mode> at all. A100 with MIG off: "Disabled", and <mig_devices>None.
+    (p100, _) = nvidia_smi.parse_xml(P100_XML).gpus
+    assert (p100.mig_current, p100.mig_pending, p100.mig_listed) == (None, None, False)
+    off = A100_XML.replace("<current_mig>Enabled", "<current_mig>Disabled").replace(
+        "<pending_mig>Enabled", "<pending_mig>Disabled"
+    )
+    start, end = off.index("<mig_devices>"), off.index("</mig_devices>")
+    (g,) = nvidia_smi.parse_xml(off[:start] + "<mig_devices>\n\t\t\tNone\n\t\t" + off[end:]).gpus
+    assert (g.mig_current, g.mig_pending, g.mig_instances, g.mig_listed) == (False, False, (), True)
+
+
+def test_snapshot_mig_mode_change_pending(tmp_path: Path) -> None:
+    # A100_XML with <pending_mig> Disabled: `nvidia-smi -mig 0` was run and the GPU not reset since.
+    xml = A100_XML.replace("<pending_mig>Enabled</pending_mig>", "<pending_mig>Disabled</pending_mig>")
+    warn = by_status(run(gpu.CHECK, snapshot(tmp_path, xml)), Status.WARN)
+    mig = [f for f in warn if f.subject == "0000:01:00.0"]
+    assert [f.summary for f in mig] == [
+        "GPU0 (0000:01:00.0): MIG mode change pending: reset the GPU (MIG enabled now, disabled after the "
+        "next GPU reset)"
+    ]
+    assert mig[0].evidence == {
+        "nvidia-smi -q -x: GPU0 MIG mode (current)": "enabled",
+        "nvidia-smi -q -x: GPU0 MIG mode (pending)": "disabled",
+    }
+    assert "nvidia-smi -r -i 0" in mig[0].remediation
+    assert "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/" in mig[0].remediation
+
+
+def test_snapshot_mig_instance_ecc_fails_the_gpu(tmp_path: Path) -> None:
+    # A100_XML with 3 volatile uncorrectable SRAM errors in its fourth MIG device (GPU instance 6).
+    assert A100_XML.count(_MIG_DEVICE_3) == 1
+    xml = A100_XML.replace(
+        _MIG_DEVICE_3, _MIG_DEVICE_3.replace(">0</sram_uncorrectable>", ">3</sram_uncorrectable>")
+    )
+    fail = by_status(run(gpu.CHECK, snapshot(tmp_path, xml)), Status.FAIL)
+    assert [(f.subject, f.summary) for f in fail] == [
+        (
+            "0000:01:00.0",
+            "GPU0 (0000:01:00.0): 3 uncorrectable ECC error(s) in MIG device(s) MIG 3 (GI 6/CI 0)",
+        )
+    ]
+    assert fail[0].evidence == {
+        "nvidia-smi -q -x: GPU0 MIG 3 (GI 6/CI 0) volatile uncorrectable ECC errors": "3"
+    }
+
+
+def test_snapshot_mig_instance_ecc_joins_the_gpu_ecc_finding(tmp_path: Path) -> None:
+    # The same error counted in the GPU's own volatile SRAM count too: one finding, both counts.
+    xml = A100_XML.replace(
+        _MIG_DEVICE_3, _MIG_DEVICE_3.replace(">0</sram_uncorrectable>", ">3</sram_uncorrectable>")
+    )
+    xml = xml.replace(
+        "<volatile>\n                <sram_correctable>0</sram_correctable>\n                "
+        "<sram_uncorrectable>0</sram_uncorrectable>",
+        "<volatile>\n                <sram_correctable>0</sram_correctable>\n                "
+        "<sram_uncorrectable>3</sram_uncorrectable>",
+    )
+    fail = by_status(run(gpu.CHECK, snapshot(tmp_path, xml)), Status.FAIL)
+    assert [f.summary for f in fail] == [
+        "GPU0 (0000:01:00.0): 3 uncorrectable ECC error(s) since the driver loaded"
+    ]
+    assert fail[0].evidence == {
+        "nvidia-smi -q -x: GPU0 volatile uncorrectable ECC errors": "3",
+        "nvidia-smi -q -x: GPU0 MIG 3 (GI 6/CI 0) volatile uncorrectable ECC errors": "3",
+    }
+
+
+def test_snapshot_mig_enabled_without_devices_warns(tmp_path: Path) -> None:
+    start, end = A100_XML.index("<mig_devices>"), A100_XML.index("</mig_devices>")
+    xml = A100_XML[:start] + "<mig_devices>None" + A100_XML[end:]
+    warn = by_status(run(gpu.CHECK, snapshot(tmp_path, xml)), Status.WARN)
+    assert [f.summary for f in warn if f.subject == "0000:01:00.0"] == [
+        "GPU0 (0000:01:00.0): MIG enabled but no MIG device: CUDA sees no device on this GPU"
+    ]
+
+
+def test_snapshot_mig_mode_unparsable_is_unknown(tmp_path: Path) -> None:
+    xml = A100_XML.replace("<current_mig>Enabled</current_mig>", "<current_mig>Enbaled</current_mig>")
+    findings = run(gpu.CHECK, snapshot(tmp_path, xml))
+    unknown = by_status(findings, Status.UNKNOWN)
+    assert [(f.subject, f.summary) for f in unknown] == [
+        ("0000:01:00.0", "GPU0 (0000:01:00.0): MIG state unknown: 1 value(s) could not be parsed")
+    ]
+    assert unknown[0].evidence == {
+        "nvidia-smi -q -x: GPU0 mig_mode/current_mig": "unexpected value 'Enbaled'"
+    }
+
+
 def test_parse_records_unparsable_values() -> None:
     log = nvidia_smi.parse_xml(A100_XML.replace("<gpu_temp>27 C</gpu_temp>", "<gpu_temp>hot</gpu_temp>"))
     assert log.gpus[0].temperature_c is None
@@ -748,10 +1078,18 @@ def test_snapshot_end_to_end(tmp_path: Path) -> None:
     assert warn.summary == "persistence mode is off on 1 of 1 GPU(s): GPU0"
     assert warn.evidence == {"nvidia-smi -q -x: GPU0 persistence mode": "disabled"}
     assert "nvidia-persistenced" in warn.remediation
-    assert ok.summary == "1 of 1 GPU(s) healthy (NVIDIA A100-SXM4-80GB); driver 535.54.03, CUDA 12.2"
+    # MIG is on (<current_mig>Enabled</current_mig>): the GPU is reported as split, not as a plain GPU.
+    assert ok.subject == "0000:01:00.0"
+    assert ok.summary == (
+        "GPU0 (0000:01:00.0): MIG enabled: 4 instance(s) (4x 14 SMs/19968 MiB); "
+        "0 uncorrectable ECC error(s) in the instances"
+    )
+    assert ok.evidence["nvidia-smi -q -x: GPU0 MIG 0 (GI 3/CI 0)"] == "14 SMs/19968 MiB; 0 uncorrectable ECC"
+    assert ok.evidence["nvidia-smi -q -x: GPU0 MIG 3 (GI 6/CI 0)"] == "14 SMs/19968 MiB; 0 uncorrectable ECC"
     assert ok.evidence["nvidia-smi -q -x: GPU0 0000:01:00.0"] == (
         "NVIDIA A100-SXM4-80GB, 27 C, 500 W cap, ECC on, 0 volatile uncorrectable"
     )
+    assert ok.evidence["nvidia-smi -q -x: driver version"] == "535.54.03"
 
 
 def test_snapshot_remap_pending(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import struct
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,8 +11,10 @@ from nodeagent.checks import pcie
 from nodeagent.checks.pcie import Acs, acs_from_config
 from nodeagent.facts.pci import PciDevice
 from nodeagent.finding import Finding, Status
-from nodeagent.host import LocalHost
-from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, pci_tree
+from nodeagent.host import LocalHost, SnapshotHost
+from tests import corpus
+from tests import fake_nvml as fake
+from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, pci_tree
 
 DEFAULT = pcie.Params()
 PCI = "/sys/bus/pci/devices"
@@ -404,3 +407,213 @@ def test_this_machine() -> None:
     findings = pcie.CHECK.run(LocalHost(), DEFAULT)
     assert findings and all(f.status is not Status.UNKNOWN for f in findings)
     assert {f.subject for f in findings} >= {"links"}
+
+
+# -- GPU links from the driver: `nvidia-smi -q -x` recordings, NVML -----------------------------------
+def _recorded(name: str) -> str:
+    raw = corpus.load(name).raw("nvidia-smi -q -x")
+    assert raw is not None
+    return raw.decode()
+
+
+def _smi_host(tmp_path: Path, xml: str, files: dict[str, str] | None = None) -> SnapshotHost:
+    return make_tree(tmp_path, files or {}, commands={"nvidia-smi-q-x": xml})
+
+
+def _gpu_links(findings: list[Finding]) -> list[tuple[Status, str, str]]:
+    return [
+        (f.status, f.subject, f.summary)
+        for f in findings
+        if f.subject not in ("links", "p2p", "iommu", "acs")
+    ]
+
+
+def test_recorded_idle_gpus_below_max_generation_are_ok(tmp_path: Path) -> None:
+    # Two RTX 2080 Ti: <current_link_gen> 1, <max_link_gen> 3, 16x of 16x, P8, gpu_util 0 %.
+    host = _smi_host(tmp_path, _recorded("smix-pai-2x-rtx2080ti"))
+    findings = pcie.CHECK.run(host, DEFAULT)
+    idle = "link at Gen1 (max Gen3): normal when idle; judged under load (utilization 0%, P8)"
+    assert _gpu_links(findings) == [
+        (
+            Status.OK,
+            "0000:02:00.0",
+            f"GPU0 (0000:02:00.0) PCIe link x16 Gen1, max x16 Gen3 (nvidia-smi -q -x): {idle}",
+        ),
+        (
+            Status.OK,
+            "0000:03:00.0",
+            f"GPU1 (0000:03:00.0) PCIe link x16 Gen1, max x16 Gen3 (nvidia-smi -q -x): {idle}",
+        ),
+    ]
+    evidence = _by_subject(findings)["0000:02:00.0"].evidence
+    assert evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/pcie_gen/current_link_gen"] == "1"
+    assert evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/pcie_gen/max_link_gen"] == "3"
+    assert evidence["nvidia-smi -q -x: GPU0 utilization/gpu_util"] == "0 %"
+    assert evidence["nvidia-smi -q -x: GPU0 performance_state"] == "P8"
+
+
+def test_recorded_narrow_link_warns_busy_or_not(tmp_path: Path) -> None:
+    # GTX 1080 mining rig: <current_link_width> 1x of <max_link_width> 16x, Gen3 of 3, P2, 100 %.
+    findings = pcie.CHECK.run(_smi_host(tmp_path, _recorded("smix-a0s-exporter-2x-gtx1080-x1")), DEFAULT)
+    assert _gpu_links(findings) == [
+        (
+            Status.WARN,
+            f"0000:0{i}:00.0",
+            f"GPU{n} (0000:0{i}:00.0) PCIe link x1 Gen3, max x16 Gen3 (nvidia-smi -q -x): "
+            "width x1 below its max x16 (slot, riser or bifurcation)",
+        )
+        for n, i in ((0, 1), (1, 3))
+    ]
+    warn = _by_subject(findings)["0000:01:00.0"]
+    assert warn.expected == "x16, and Gen3 while busy"
+    assert "lspci -vv -s 0000:01:00.0" in warn.remediation
+    assert (
+        warn.evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/link_widths/current_link_width"] == "1x"
+    )
+
+
+def test_recorded_busy_and_idle_gpus_at_their_max(tmp_path: Path) -> None:
+    # Azure 4x K80: GPUs 0-1 at Gen3 of 3 busy (P0, 99 %), GPUs 2-3 at Gen1 of 3 idle (P8, 0 %).
+    findings = pcie.CHECK.run(_smi_host(tmp_path, _recorded("smix-pai-azure-4x-tesla-k80")), DEFAULT)
+    found = _by_subject(findings)
+    assert [(s, subject) for s, subject, _ in _gpu_links(findings)] == [
+        (Status.OK, "4968:00:00.0"),
+        (Status.OK, "f8d6:00:00.0"),
+        (Status.OK, "gpu-links"),
+    ]
+    assert found["gpu-links"].summary == (
+        "2 GPU PCIe link(s) at their max generation and width "
+        "(nvidia-smi -q -x; sysfs has no link attributes for them)"
+    )
+    assert (
+        found["gpu-links"].evidence["nvidia-smi -q -x: GPU1 pci/pci_gpu_link_info/pcie_gen/current_link_gen"]
+        == "3"
+    )
+
+
+def test_busy_gpu_below_max_generation_warns(tmp_path: Path) -> None:
+    # The K80 recording with GPU0's <current_link_gen> 3 made 1, while it is at P0 and 99 %:
+    # nvidia-smi documents the lower generation for a GPU *not in use* only.
+    xml = _recorded("smix-pai-azure-4x-tesla-k80")
+    first = xml.index("<current_link_gen>3</current_link_gen>")
+    xml = (
+        xml[:first]
+        + "<current_link_gen>1</current_link_gen>"
+        + xml[first + len("<current_link_gen>3</current_link_gen>") :]
+    )
+    found = _by_subject(pcie.CHECK.run(_smi_host(tmp_path, xml), DEFAULT))
+    busy = found["1580:00:00.0"]
+    assert (busy.status, busy.summary) == (
+        Status.WARN,
+        "GPU0 (1580:00:00.0) PCIe link x16 Gen1, max x16 Gen3 (nvidia-smi -q -x): "
+        "link at Gen1 (max Gen3) while the GPU is busy (utilization 99%, P0)",
+    )
+    assert "BIOS PCIe speed setting" in busy.remediation
+
+
+def test_host_limited_link_is_not_a_gpu_fault(tmp_path: Path) -> None:
+    # RTX PRO 6000 Blackwell: <max_device_link_gen> 5, <max_host_link_gen> 4, current 1 at P8.
+    host = _smi_host(tmp_path, _recorded("smi-telegraf-rtx-pro-6000-blackwell-maxq"))
+    found = _by_subject(pcie.CHECK.run(host, DEFAULT))["0000:61:00.0"]
+    assert found.status is Status.OK
+    assert found.summary == (
+        "GPU0 (0000:61:00.0) PCIe link x16 Gen1, max x16 Gen4 (nvidia-smi -q -x): "
+        "link at Gen1 (max Gen4): normal when idle; judged under load (utilization 0%, P8); "
+        "the host limits the link to Gen4 (the GPU supports Gen5): not a GPU fault"
+    )
+    assert found.evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/pcie_gen/max_device_link_gen"] == "5"
+    assert found.evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/pcie_gen/max_host_link_gen"] == "4"
+
+
+def test_link_values_not_available_are_skipped(tmp_path: Path) -> None:
+    # GeForce GT 730: every <pcie_gen> and <link_widths> value is N/A.
+    found = _by_subject(pcie.CHECK.run(_smi_host(tmp_path, _recorded("smix-lampaa-gt730-link-na")), DEFAULT))
+    skipped = found["gpu-links"]
+    assert skipped.status is Status.SKIPPED
+    assert skipped.summary.startswith("PCIe links of 1 GPU(s) not judged")
+    assert (
+        skipped.evidence["nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/pcie_gen/current_link_gen"]
+        == "absent or N/A"
+    )
+
+
+def test_unknown_load_is_not_taken_for_idle(tmp_path: Path) -> None:
+    # The 2080 Ti recording with <gpu_util> and <performance_state> N/A: Gen1 of 3 cannot be judged.
+    xml = (
+        _recorded("smix-pai-2x-rtx2080ti")
+        .replace("<gpu_util>0 %</gpu_util>", "<gpu_util>N/A</gpu_util>")
+        .replace("<performance_state>P8</performance_state>", "<performance_state>N/A</performance_state>")
+    )
+    found = _by_subject(pcie.CHECK.run(_smi_host(tmp_path, xml), DEFAULT))["0000:02:00.0"]
+    assert found.status is Status.SKIPPED
+    assert found.summary.endswith("link at Gen1 (max Gen3), and the GPU's load is unknown: not judged")
+
+
+def test_unparsable_link_value_is_unknown(tmp_path: Path) -> None:
+    xml = _recorded("smix-lampaa-gtx1650-super-x8").replace(
+        "<current_link_width>8x</current_link_width>", "<current_link_width>eight</current_link_width>"
+    )
+    found = _by_subject(pcie.CHECK.run(_smi_host(tmp_path, xml), DEFAULT))["0000:06:00.0"]
+    assert found.status is Status.UNKNOWN
+    assert found.evidence == {
+        "nvidia-smi -q -x: GPU0 pci/pci_gpu_link_info/link_widths/current_link_width": (
+            "unparsable value 'eight'"
+        )
+    }
+
+
+def test_a_gpu_judged_by_sysfs_is_not_judged_again(tmp_path: Path) -> None:
+    # The 2080 Ti pair; sysfs holds GPU0 (02:00.0) with its link files, GPU1 (03:00.0) without.
+    pci_tree(
+        tmp_path,
+        {
+            "pci0000:00/0000:00:01.0": {**LINK16, "max_link_width": "16"},
+            "pci0000:00/0000:00:01.0/0000:02:00.0": {**GPU, **LINK16, "max_link_width": "16"},
+            "pci0000:00/0000:00:03.0/0000:03:00.0": {**GPU},
+        },
+    )
+    (tmp_path / "commands").mkdir()
+    (tmp_path / "commands/nvidia-smi-q-x.txt").write_text(_recorded("smix-pai-2x-rtx2080ti"))
+    findings = pcie.CHECK.run(SnapshotHost(tmp_path), DEFAULT)
+    assert [(s, subject) for s, subject, _ in _gpu_links(findings)] == [(Status.OK, "0000:03:00.0")]
+    assert not any("0000:02:00.0" in f.summary for f in findings if f.subject != "links")
+
+
+def test_driver_gives_nothing_for_gpus_without_sysfs_links(tmp_path: Path) -> None:
+    # hwloc's POWER9 tree: six GPUs known to the driver, no link files, no nvidia-smi recorded.
+    found = _by_subject(pcie.CHECK.run(fixture_host("nvidiagpunumanodes"), DEFAULT))
+    assert found["gpu-links"].status is Status.SKIPPED
+    assert found["gpu-links"].summary.startswith(
+        "PCIe links of 6 GPU(s) not judged: no link attributes in sysfs, and no link from nvidia-smi -q -x"
+    )
+
+
+def test_nvml_links_for_gpus_sysfs_shows_without_link_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpus = fake.hgx(2)
+    gpus[1].pcie_gen, gpus[1].utilization, gpus[1].pstate = 1, 0, fake.NVML_PSTATE_8
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module(gpus))
+    for bus in ("0000:07:00.0", "0000:0f:00.0"):
+        for name, value in GPU.items():
+            path = tmp_path / f"sys/bus/pci/devices/{bus}/{name}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(value)
+    (tmp_path / "proc").mkdir()
+    found = _by_subject(pcie.CHECK.run(LocalHost(str(tmp_path)), DEFAULT))
+    assert found["gpu-links"].status is Status.OK
+    assert found["gpu-links"].evidence["NVML: GPU0 nvmlDeviceGetCurrPcieLinkGeneration"] == "4"
+    assert found["0000:0f:00.0"].status is Status.OK
+    assert found["0000:0f:00.0"].summary.endswith(
+        "link at Gen1 (max Gen4): normal when idle; judged under load (utilization 0%, P8)"
+    )
+
+
+def test_sysfs_links_need_no_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    host = pci_tree(
+        tmp_path, {"pci0000:00/0000:00:01.0/0000:02:00.0": {**GPU, **LINK16, "max_link_width": "16"}}
+    )
+    facts = pcie.collect(host)
+    assert facts.gpu_report is None
+    assert "pynvml" not in sys.modules

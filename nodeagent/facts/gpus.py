@@ -1,20 +1,35 @@
-"""GPUs from PCI (works without a driver) or, failing that, a recorded `nvidia-smi topo -m`.
+"""GPUs from PCI (works without a driver), else what the driver's tools recorded.
 
-Health (ECC, clocks, NVLink) comes from NVML or `nvidia-smi -q -x`: see facts.nvml.
+`collect` is the placement view that the topology, rank and pinning code builds on: the GPUs in
+the PCI tree; else those of `nvidia-smi topo -m`, then of `nvidia-smi -q -x`, by nvidia-smi's index
+and without an address (facts.pci_topology places every GPU that has one in the PCI tree, and
+these are not in sysfs). `inventory` is what `nodeagent facts` lists: the same, except that where
+sysfs shows no GPU it lists the GPUs of `nvidia-smi -q -x` (the recording the gpu check judges)
+with their PCI addresses and names.
+
+Health (ECC, clocks, NVLink, MIG) comes from NVML or `nvidia-smi -q -x`: see facts.nvml.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nodeagent.facts import pci
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix, parse_topo
 from nodeagent.host import Host
 
+if TYPE_CHECKING:
+    from nodeagent.facts.nvml import GpuHealth
+
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 PATHS: tuple[str, ...] = (*pci.PATHS, f"{NVIDIA_PROC}/*/information")
-COMMANDS = (TOPO_COMMAND,)
+SMI_COMMAND = ("nvidia-smi", "-q", "-x")  # facts.nvidia_smi reads it
+SMI_SOURCE = "nvidia-smi -q -x"
+COMMANDS = (TOPO_COMMAND, SMI_COMMAND)
+_NORMALIZED = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 @dataclass(frozen=True)
@@ -24,7 +39,8 @@ class Gpu:
     vendor: str
     numa_node: int | None
     cpu_affinity: list[int] | None
-    source: str  # "pci" or "nvidia-smi topo -m"
+    source: str  # "pci", "nvidia-smi topo -m" or "nvidia-smi -q -x"
+    product_name: str | None = None  # the driver's name for it ("NVIDIA A100-SXM4-80GB"); not in sysfs
 
 
 def topo_matrix(host: Host) -> tuple[TopoMatrix | None, str | None]:
@@ -67,7 +83,8 @@ def _collect(host: Host) -> list[Gpu]:
         return gpus
     matrix, _ = topo_matrix(host)
     if matrix is None:
-        return []
+        # Nor a matrix: the driver's list of `nvidia-smi -q -x`, without addresses (see `inventory`).
+        return [_from_driver(g, None, with_address=False) for g in _smi_gpus(host)]
     # A snapshot may hold only the driver's view (no PCI tree): use it.
     return [
         Gpu(
@@ -80,3 +97,45 @@ def _collect(host: Host) -> list[Gpu]:
         )
         for g in matrix.gpus
     ]
+
+
+def inventory(host: Host) -> list[Gpu]:
+    """Every GPU the node shows: `collect`, or where sysfs has none the driver's own list, addressed.
+
+    The driver's index is nvidia-smi's, which counts GPUs in PCI bus order (as `collect` does, and
+    as CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID); CPU and NUMA affinity come from `topo -m`, whose
+    GPUn is the same index.
+    """
+    found = collect(host)
+    if any(g.source == "pci" for g in found):
+        return found
+    driver = _smi_gpus(host)
+    if not driver:
+        return found
+    matrix, _ = topo_matrix(host)
+    return [_from_driver(g, matrix, with_address=True) for g in driver]
+
+
+def _smi_gpus(host: Host) -> tuple[GpuHealth, ...]:
+    # Imported here: facts.nvidia_smi builds on this module.
+    from nodeagent.facts import nvidia_smi
+
+    log = nvidia_smi.run_log(host).log
+    return log.gpus if log is not None else ()
+
+
+def _from_driver(g: GpuHealth, matrix: TopoMatrix | None, with_address: bool) -> Gpu:
+    """A GPU of `nvidia-smi -q -x`. `collect` leaves its address out: a GPU with an address is one
+    facts.pci_topology places in the PCI tree, and this one is not in sysfs."""
+    name = f"GPU{g.index}"
+    # Addresses are normalized as sysfs writes them; one that is not an address stays out.
+    known = g.pci_address is not None and _NORMALIZED.fullmatch(g.pci_address) is not None
+    return Gpu(
+        index=g.index,
+        pci_address=g.pci_address if with_address and known else None,
+        vendor="NVIDIA",
+        numa_node=matrix.numa_affinity.get(name) if matrix else None,
+        cpu_affinity=matrix.cpu_affinity.get(name) if matrix else None,
+        source=SMI_SOURCE,
+        product_name=g.name,
+    )

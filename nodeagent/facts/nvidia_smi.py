@@ -10,6 +10,11 @@ The XML changed over the years and this parser reads all the forms met in public
 - the slowdown temperature as an absolute <gpu_temp_slow_threshold> or, since R550 on some GPUs,
   relative to T.Limit (<gpu_temp_tlimit> is the margin to T.Limit; slowdown starts when it falls to
   <gpu_temp_slow_tlimit_threshold>).
+- MIG: <mig_mode><current_mig>/<pending_mig> (R450+) and, per MIG device, <mig_devices><mig_device>
+  with <gpu_instance_id>, <compute_instance_id>, <ecc_error_count><volatile_count> and
+  <fb_memory_usage>; <mig_devices> reads "None" when the GPU has no MIG device;
+- PCIe: <pci><pci_gpu_link_info><pcie_gen><max_link_gen>/<current_link_gen> and, since R510,
+  <max_device_link_gen>/<max_host_link_gen> (the GPU's and the host's own maxima); widths "16x".
 NVLink state is not in that XML: it comes from `nvidia-smi nvlink -s` ("Link 0: 25 GB/s" or
 "Link 0: <inactive>") and the error counters from `nvidia-smi nvlink -e`.
 """
@@ -24,13 +29,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodeagent.facts import nvml
+from nodeagent.facts.gpus import SMI_COMMAND
 from nodeagent.facts.nvml import GpuHealth, GpuReport, NvLink
 from nodeagent.host import CmdResult, Host
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-COMMAND = ("nvidia-smi", "-q", "-x")
+COMMAND = SMI_COMMAND  # ("nvidia-smi", "-q", "-x"), declared in facts.gpus (which lists its GPUs too)
 NVLINK_STATUS = ("nvidia-smi", "nvlink", "-s")
 NVLINK_ERRORS = ("nvidia-smi", "nvlink", "-e")
 COMMANDS = (COMMAND, NVLINK_STATUS, NVLINK_ERRORS)
@@ -48,6 +54,21 @@ _UNAVAILABLE = {
     "",
 }
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z%/]*)$")
+_PSTATE = re.compile(r"^P(\d{1,2})$")
+
+# Where each link and load value is in a <gpu> element: parsed from there, and named in evidence.
+_LINK = "pci/pci_gpu_link_info"
+PCIE_PATHS = {
+    "gen_current": f"{_LINK}/pcie_gen/current_link_gen",
+    "gen_max": f"{_LINK}/pcie_gen/max_link_gen",
+    "gen_device_max": f"{_LINK}/pcie_gen/max_device_link_gen",
+    "gen_host_max": f"{_LINK}/pcie_gen/max_host_link_gen",
+    "width_current": f"{_LINK}/link_widths/current_link_width",
+    "width_max": f"{_LINK}/link_widths/max_link_width",
+}
+LOAD_PATHS = {"utilization_pct": "utilization/gpu_util", "performance_state": "performance_state"}
+MIG_MODE_PATHS = ("mig_mode/current_mig", "mig_mode/pending_mig")
+MIG_DEVICES = "mig_devices"
 
 
 @dataclass
@@ -57,6 +78,16 @@ class _Values:
     gpu: ET.Element
     where: str
     problems: list[str] = field(default_factory=list)
+    by_path: dict[str, str] = field(default_factory=dict)  # path below <gpu> -> what was wrong
+    prefix: str = ""  # path of `gpu` below the <gpu> element, for an element inside it
+
+    def problem(self, path: str, what: str) -> None:
+        self.problems.append(f"{self.where} {self.prefix}{path}: {what}")
+        self.by_path[f"{self.prefix}{path}"] = what
+
+    def inside(self, node: ET.Element, prefix: str) -> _Values:
+        """The same reader on an element below the GPU (a <mig_device>): problems go to the GPU."""
+        return dataclasses.replace(self, gpu=node, prefix=f"{self.prefix}{prefix}/")
 
     def text(self, path: str) -> str | None:
         node = self.gpu.find(path)
@@ -71,9 +102,20 @@ class _Values:
             return None
         m = _NUMBER.match(value)
         if not m:
-            self.problems.append(f"{self.where} {path}: unparsable value {value[:60]!r}")
+            self.problem(path, f"unparsable value {value[:60]!r}")
             return None
         return float(m.group(1))
+
+    def pstate(self, path: str) -> int | None:
+        """ "P0".."P15" -> 0..15; "Unknown" (NVML_PSTATE_UNKNOWN) -> None."""
+        value = self.text(path)
+        if value is None or value.lower() == "unknown":
+            return None
+        m = _PSTATE.match(value)
+        if not m:
+            self.problem(path, f"unparsable value {value[:60]!r}")
+            return None
+        return int(m.group(1))
 
     def integer(self, path: str) -> int | None:
         value = self.number(path)
@@ -88,7 +130,7 @@ class _Values:
             return True
         if word in ("disabled", "no", "not active", "off"):
             return False
-        self.problems.append(f"{self.where} {path}: unexpected value {value[:60]!r}")
+        self.problem(path, f"unexpected value {value[:60]!r}")
         return None
 
     def first(self, *paths: str) -> float | None:
@@ -179,6 +221,7 @@ def _parse_gpu(index: int, node: ET.Element) -> tuple[GpuHealth, list[str]]:
         slow_tlimit = v.number("temperature/gpu_temp_slow_tlimit_threshold")
         if tlimit is not None and slow_tlimit is not None:
             margin = tlimit - slow_tlimit
+    mig_instances, mig_listed = _mig_instances(v)
     gpu = GpuHealth(
         index=index,
         name=v.text("product_name"),
@@ -203,8 +246,45 @@ def _parse_gpu(index: int, node: ET.Element) -> tuple[GpuHealth, list[str]]:
         temperature_c=temp,
         slowdown_temp_c=slowdown,
         slowdown_margin_c=margin,
+        mig_current=v.flag(MIG_MODE_PATHS[0]),
+        mig_pending=v.flag(MIG_MODE_PATHS[1]),
+        mig_instances=mig_instances,
+        mig_listed=mig_listed,
+        pcie=_pcie(v),
+        utilization_pct=v.number(LOAD_PATHS["utilization_pct"]),
+        performance_state=v.pstate(LOAD_PATHS["performance_state"]),
+        unparsable=dict(v.by_path),
     )
     return gpu, v.problems
+
+
+def _pcie(v: _Values) -> nvml.PcieLink | None:
+    values = {name: v.integer(path) for name, path in PCIE_PATHS.items()}
+    return nvml.PcieLink(**values) if any(x is not None for x in values.values()) else None
+
+
+def _mig_instances(v: _Values) -> tuple[tuple[nvml.MigInstance, ...], bool]:
+    """<mig_devices>: its <mig_device>s, and whether it lists any ("None": listed, empty)."""
+    node = v.gpu.find(MIG_DEVICES)
+    if node is None:
+        return (), False
+    devices = node.findall("mig_device")
+    if not devices and (node.text or "").strip().lower() not in ("", "none"):
+        return (), False  # "N/A" or another word: not listed
+    where = [v.inside(d, f"{MIG_DEVICES}/mig_device[{i + 1}]") for i, d in enumerate(devices)]
+    return tuple(_mig_instance(w, i) for i, w in enumerate(where)), True
+
+
+def _mig_instance(v: _Values, position: int) -> nvml.MigInstance:
+    index = v.integer("index")
+    return nvml.MigInstance(
+        index=position if index is None else index,
+        gpu_instance_id=v.integer("gpu_instance_id"),
+        compute_instance_id=v.integer("compute_instance_id"),
+        multiprocessors=v.integer("device_attributes/shared/multiprocessor_count"),
+        memory_mib=v.number("fb_memory_usage/total"),
+        volatile_uncorrectable=v.uncorrectable("ecc_error_count/volatile_count"),
+    )
 
 
 @dataclass(frozen=True)
@@ -292,9 +372,49 @@ def _first_line(result: CmdResult) -> str:
     return text[0].strip() if text else f"exit code {result.exited}"
 
 
+@dataclass(frozen=True)
+class SmiRun:
+    """One run (or recording) of `nvidia-smi -q -x`: its output parsed, or why it could not be."""
+
+    result: CmdResult
+    log: SmiLog | None = None  # None: the command failed, or its output did not parse
+    error: str | None = None  # why the output did not parse
+
+
+def run_log(host: Host) -> SmiRun:
+    """`nvidia-smi -q -x` on this host, run and parsed once per run (the gpu check and facts share it)."""
+
+    def load() -> SmiRun:
+        result = host.run(COMMAND, timeout=15)
+        if not result.ok:
+            return SmiRun(result)
+        try:
+            return SmiRun(result, log=parse_xml(result.stdout))
+        except ValueError as e:
+            return SmiRun(result, error=str(e))
+
+    return host.memo("facts.nvidia_smi_log", load)
+
+
+def _gpus_from_nvlink(host: Host) -> tuple[GpuHealth, ...]:
+    status = host.run(NVLINK_STATUS, timeout=15)
+    if not status.ok:
+        return ()
+    names = {
+        int(m.group(1)): m.group(2).strip()
+        for line in status.stdout.splitlines()
+        if (m := re.match(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:.*)?$", line.strip()))
+    }
+    blocks = parse_nvlink_blocks(status.stdout)
+    gpus = tuple(GpuHealth(index=b.index, name=names.get(b.index) or None, uuid=b.uuid) for b in blocks)
+    errors = host.run(NVLINK_ERRORS, timeout=15)
+    return with_nvlinks(gpus, status.stdout, errors.stdout if errors.ok else None)
+
+
 def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
     """The GPU report from `nvidia-smi -q -x` and `nvidia-smi nvlink -s/-e` (recorded or remote)."""
-    result = host.run(COMMAND, timeout=15)
+    run = run_log(host)
+    result = run.result
     base = GpuReport(SOURCE, kernel_module_version=module_version, nvlink_source=NVLINK_SOURCE)
     if not result.ok:
         why = _first_line(result)
@@ -303,6 +423,11 @@ def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
             evidence[f"{nvml.MODULE_VERSION} or {nvml.PROC_VERSION}"] = module_version
         if "version mismatch" in why.lower():  # "Failed to initialize NVML: Driver/library version mismatch"
             return dataclasses.replace(base, failure=f"`nvidia-smi -q -x` failed: {why}", evidence=evidence)
+        linked = _gpus_from_nvlink(host)
+        if linked:
+            # Only `nvidia-smi nvlink -s` was recorded: its "GPU n: NAME (UUID: ...)" headers name
+            # the GPUs, enough to judge their links (health values stay unknown).
+            return dataclasses.replace(base, source=NVLINK_SOURCE, gpus=linked)
         present = nvml.nvidia_devices(host)
         if present:
             shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
@@ -314,10 +439,9 @@ def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
                 f"and no `nvidia-smi -q -x` data ({why})"
             )
         return dataclasses.replace(base, reason=reason, evidence=evidence)
-    try:
-        log = parse_xml(result.stdout)
-    except ValueError as e:
-        return dataclasses.replace(base, error=f"unparsable `nvidia-smi -q -x` output: {e}")
+    log = run.log
+    if log is None:
+        return dataclasses.replace(base, error=f"unparsable `nvidia-smi -q -x` output: {run.error}")
     base = dataclasses.replace(
         base, driver_version=log.driver_version, cuda_version=log.cuda_version, problems=log.problems
     )

@@ -10,9 +10,16 @@ report is memoized on the host) and nvmlShutdown right after everything is read.
 Every NVML query may raise NVMLError_NotSupported (older or consumer GPUs, MIG, features of other
 generations): that value is None, never a failure of the GPU or of the run.
 
+MIG (Multi-Instance GPU): the mode now and after the next GPU reset (nvmlDeviceGetMigMode), and
+each MIG device of a GPU in MIG mode (nvmlDeviceGetMaxMigDeviceCount slots, empty ones answer
+NOT_FOUND; nvmlDeviceGetMigDeviceHandleByIndex). PCIe: the link generation and width now and at
+most, as the driver sees them (for recordings and platforms whose sysfs lacks the link files).
+
 References: NVML API, https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html ;
 clock event reasons, https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html ;
-memory errors and row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html
+memory errors and row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html ;
+MIG, https://docs.nvidia.com/datacenter/tesla/mig-user-guide/ and
+https://docs.nvidia.com/deploy/nvml-api/group__nvmlMultiInstanceGPU.html
 """
 
 from __future__ import annotations
@@ -64,6 +71,25 @@ REASON_LABELS = {
     "reliability": "reliability",
 }
 
+# Where each GpuHealth link/load value comes from in NVML: the evidence names the function.
+# nvmlDeviceGetMaxPcieLinkGeneration/-Width are "the maximum possible with this device and system"
+# (a Gen4 GPU in a Gen3 slot reports 3); nvmlDeviceGetGpuMaxPcieLinkGeneration is the GPU's own.
+# NVML has no call for the host's maximum alone.
+PCIE_QUERIES = {
+    "gen_current": "nvmlDeviceGetCurrPcieLinkGeneration",
+    "gen_max": "nvmlDeviceGetMaxPcieLinkGeneration",
+    "gen_device_max": "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "width_current": "nvmlDeviceGetCurrPcieLinkWidth",
+    "width_max": "nvmlDeviceGetMaxPcieLinkWidth",
+}
+LOAD_QUERIES = {
+    "utilization_pct": "nvmlDeviceGetUtilizationRates",
+    "performance_state": "nvmlDeviceGetPerformanceState",
+}
+PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
+# A MIG device's name ends with its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb" (`nvidia-smi -L`).
+_MIG_PROFILE = re.compile(r"\bMIG\s+(\d+g\.\d+gb(?:\+\w+)*)\s*$", re.IGNORECASE)
+
 # NVLink data-link error counters (nvmlNvLinkErrorCounter_t), by the pynvml constant's name.
 LINK_COUNTERS = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
@@ -82,6 +108,58 @@ class NvLink:
     remote_pci: str | None = None  # the peer (GPU or NVSwitch) at the other end
     speed: str | None = None  # "25 GB/s", from `nvidia-smi nvlink -s`
     errors: Mapping[str, int] = field(default_factory=dict)  # counter -> count, where readable
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a GPU in MIG mode: a compute instance inside a GPU instance."""
+
+    index: int  # the MIG device's index on its GPU (nvidia-smi's "MIG device" index)
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    profile: str | None = None  # "1g.10gb", where the source names it (NVML; the -q -x XML does not)
+    multiprocessors: int | None = None
+    memory_mib: float | None = None  # the instance's framebuffer
+    volatile_uncorrectable: int | None = None  # ECC errors in the instance since the driver loaded
+
+    @property
+    def label(self) -> str:
+        ids = f"GI {_id(self.gpu_instance_id)}/CI {_id(self.compute_instance_id)}"
+        return f"MIG {self.index} ({ids})"
+
+    @property
+    def shape(self) -> str:
+        """The profile, else what the instance has: "1g.10gb" or "14 SMs/19968 MiB"."""
+        if self.profile:
+            return self.profile
+        parts = []
+        if self.multiprocessors is not None:
+            parts.append(f"{self.multiprocessors} SMs")
+        if self.memory_mib is not None:
+            parts.append(f"{self.memory_mib:g} MiB")
+        return "/".join(parts) or "size not reported"
+
+
+def _id(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A GPU's PCIe link as its driver reports it (NVML or nvidia-smi); None where not reported."""
+
+    gen_current: int | None = None
+    gen_max: int | None = None  # the highest generation the GPU and the host together allow
+    gen_device_max: int | None = None  # the GPU's own highest generation
+    gen_host_max: int | None = None  # the host's (slot's) highest generation: nvidia-smi only
+    width_current: int | None = None
+    width_max: int | None = None  # the widest the GPU and the slot together allow
+
+    @property
+    def host_limited(self) -> bool:
+        """The host, not the GPU, sets the ceiling: the link's max is below what the GPU supports."""
+        top = self.gen_max if self.gen_max is not None else self.gen_host_max
+        return top is not None and self.gen_device_max is not None and top < self.gen_device_max
 
 
 @dataclass(frozen=True)
@@ -114,6 +192,14 @@ class GpuHealth:
     nvlinks: tuple[NvLink, ...] = ()
     errors: Mapping[str, str] = field(default_factory=dict)  # query -> error other than "not supported"
     lost: bool = False  # NVML_ERROR_GPU_IS_LOST: fallen off the bus
+    mig_current: bool | None = None  # MIG mode now; None: not MIG-capable or not reported
+    mig_pending: bool | None = None  # MIG mode after the next GPU reset
+    mig_instances: tuple[MigInstance, ...] = ()  # the MIG devices, where the source lists them
+    mig_listed: bool = False  # whether the source listed MIG devices (an empty list included)
+    pcie: PcieLink | None = None
+    utilization_pct: float | None = None  # GPU busy time over the driver's last sample period
+    performance_state: int | None = None  # P0 (0, maximum performance) .. P15 (minimum)
+    unparsable: Mapping[str, str] = field(default_factory=dict)  # source path -> what was wrong
 
     @property
     def label(self) -> str:
@@ -122,6 +208,22 @@ class GpuHealth:
     @property
     def subject(self) -> str:
         return self.pci_address or f"GPU{self.index}"
+
+    @property
+    def pcie_gen_current(self) -> int | None:
+        return self.pcie.gen_current if self.pcie else None
+
+    @property
+    def pcie_gen_max(self) -> int | None:
+        return self.pcie.gen_max if self.pcie else None
+
+    @property
+    def pcie_width_current(self) -> int | None:
+        return self.pcie.width_current if self.pcie else None
+
+    @property
+    def pcie_width_max(self) -> int | None:
+        return self.pcie.width_max if self.pcie else None
 
     @property
     def power_cap_w(self) -> float | None:
@@ -302,7 +404,8 @@ class _Queries:
         self.unavailable: set[str] = set()  # functions this driver or pynvml does not have
         self.quiet = {nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_FUNCTION_NOT_FOUND}
 
-    def __call__(self, name: str, *args: Any, what: str | None = None) -> Any:
+    def __call__(self, name: str, *args: Any, what: str | None = None, absent: int | None = None) -> Any:
+        """`absent`: one more error code that only means "nothing there" (an empty MIG slot)."""
         fn: Callable[..., Any] | None = getattr(self.nv, name, None)
         if fn is None:
             self.unavailable.add(name)
@@ -315,7 +418,7 @@ class _Queries:
                 self.unavailable.add(name)
             if code == self.nv.NVML_ERROR_GPU_IS_LOST:
                 self.lost = True
-            if code not in self.quiet:
+            if code not in self.quiet and code != absent:
                 self.errors[what or name] = str(e) or type(e).__name__
             return None
 
@@ -391,6 +494,8 @@ def _read_gpu(nv: Any, index: int) -> GpuHealth:
     slowdown = _int(q("nvmlDeviceGetTemperatureThreshold", handle, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
     persistence = _int(q("nvmlDeviceGetPersistenceMode", handle))
     nvlinks = _read_links(nv, q, handle)
+    mig_current, mig_pending = _mig_mode(nv, q, handle)
+    mig_instances, mig_listed = _read_mig_instances(nv, q, handle) if mig_current else ((), False)
     return GpuHealth(
         index=index,
         name=_text(q("nvmlDeviceGetName", handle)),
@@ -428,9 +533,89 @@ def _read_gpu(nv: Any, index: int) -> GpuHealth:
         slowdown_temp_c=None if slowdown is None else float(slowdown),
         slowdown_margin_c=None if temp is None or slowdown is None else float(slowdown - temp),
         nvlinks=nvlinks,
+        mig_current=mig_current,
+        mig_pending=mig_pending,
+        mig_instances=mig_instances,
+        mig_listed=mig_listed,
+        pcie=_read_pcie(q, handle),
+        utilization_pct=_utilization(q("nvmlDeviceGetUtilizationRates", handle)),
+        performance_state=_pstate(q("nvmlDeviceGetPerformanceState", handle)),
         errors=dict(q.errors),
         lost=q.lost,
     )
+
+
+def _mig_mode(nv: Any, q: _Queries, handle: Any) -> tuple[bool | None, bool | None]:
+    """nvmlDeviceGetMigMode -> (current, pending); NotSupported (no MIG on this GPU) -> (None, None)."""
+    mode = q("nvmlDeviceGetMigMode", handle)
+    if not isinstance(mode, (list, tuple)) or len(mode) != 2:
+        return None, None
+    current, pending = (_int(m) for m in mode)
+    enabled = nv.NVML_DEVICE_MIG_ENABLE
+    return (None if current is None else current == enabled), (
+        None if pending is None else pending == enabled
+    )
+
+
+def _read_mig_instances(nv: Any, q: _Queries, handle: Any) -> tuple[tuple[MigInstance, ...], bool]:
+    """The MIG devices of a GPU in MIG mode, and whether NVML could list them."""
+    slots = _int(q("nvmlDeviceGetMaxMigDeviceCount", handle))
+    if slots is None:
+        return (), False
+    found = []
+    for slot in range(slots):
+        mig = q(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            handle,
+            slot,
+            what=f"MIG device {slot} handle",
+            absent=nv.NVML_ERROR_NOT_FOUND,  # an empty slot: no MIG device was created there
+        )
+        if mig is not None:
+            found.append(_read_mig_instance(nv, q, mig, slot))
+    return tuple(found), True
+
+
+def _read_mig_instance(nv: Any, q: _Queries, mig: Any, slot: int) -> MigInstance:
+    name = _text(q("nvmlDeviceGetName", mig, what=f"MIG device {slot} name")) or ""
+    profile = _MIG_PROFILE.search(name)
+    attrs = q("nvmlDeviceGetAttributes", mig, what=f"MIG device {slot} attributes")
+    memory = _int(getattr(attrs, "memorySizeMB", None))
+    return MigInstance(
+        index=slot,
+        gpu_instance_id=_int(q("nvmlDeviceGetGpuInstanceId", mig, what=f"MIG device {slot} GPU instance")),
+        compute_instance_id=_int(
+            q("nvmlDeviceGetComputeInstanceId", mig, what=f"MIG device {slot} compute instance")
+        ),
+        profile=profile.group(1) if profile else None,
+        multiprocessors=_int(getattr(attrs, "multiprocessorCount", None)),
+        memory_mib=None if memory is None else float(memory),
+        volatile_uncorrectable=_int(
+            q(
+                "nvmlDeviceGetTotalEccErrors",
+                mig,
+                nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                nv.NVML_VOLATILE_ECC,
+                what=f"MIG device {slot} volatile ECC",
+            )
+        ),
+    )
+
+
+def _read_pcie(q: _Queries, handle: Any) -> PcieLink | None:
+    values = {name: _int(q(fn, handle)) for name, fn in PCIE_QUERIES.items()}
+    return PcieLink(**values) if any(v is not None for v in values.values()) else None
+
+
+def _utilization(rates: Any) -> float | None:
+    """nvmlUtilization_t.gpu: percent of the sample period a kernel was running."""
+    value = _int(getattr(rates, "gpu", None))
+    return None if value is None else float(value)
+
+
+def _pstate(value: Any) -> int | None:
+    state = _int(value)
+    return None if state is None or state == PSTATE_UNKNOWN else state
 
 
 def _read_links(nv: Any, q: _Queries, handle: Any) -> tuple[NvLink, ...]:
