@@ -5,13 +5,16 @@ bandwidth on every step; a GPU node with RDMA ports but without nvidia_peermem s
 through host memory. Virtual interfaces (lo, bridges, veth, VLANs, bonds) carry no hardware state and
 are not judged.
 
-Attributes: Documentation/ABI/testing/sysfs-class-net (operstate, carrier, speed, mtu, type).
+Attributes: Documentation/ABI/testing/sysfs-class-net (operstate, carrier, speed, mtu, type:
+https://www.kernel.org/doc/Documentation/ABI/testing/sysfs-class-net). A value that was not recorded
+is never read as a state: a NIC whose operstate and carrier say nothing is not "down".
 """
 
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
 
 from nodeagent.check import Check, param
 from nodeagent.facts import gpus, network, pci, topology
@@ -33,6 +36,9 @@ _HIGH_SPEED_MBPS = 25_000
 _GPUDIRECT_DOC = "https://docs.nvidia.com/cuda/gpudirect-rdma/index.html#nvidia-peermem"
 _TUNING_DOC = "https://enterprise-support.nvidia.com/s/article/performance-tuning-for-mellanox-adapters"
 _IPOIB_DOC = "https://docs.nvidia.com/networking/display/mlnxofedv581011/ip+over+infiniband+(ipoib)"
+# RFC 2863 operational states other than "up" and "unknown", as operstate prints them (sysfs-class-net;
+# https://www.kernel.org/doc/Documentation/networking/operstates.rst): none of them passes traffic.
+_NOT_UP = frozenset({"down", "lowerlayerdown", "notpresent", "dormant", "testing"})
 
 
 @dataclass(frozen=True)
@@ -89,16 +95,21 @@ class Facts:
     peermem: str | None  # loaded GPUDirect module, None when not loaded
     peermem_evidence: dict[str, str]  # where the module was looked for -> what was there
     modules_readable: bool  # /proc/modules or /sys/module could be read
+    # physical NIC -> carrier as read: "" is a recorded read error (EINVAL: the interface is not
+    # up, net-sysfs.c carrier_show), None an absent file.
+    carrier_raw: dict[str, str | None] = field(default_factory=dict)
 
 
 def collect(host: Host) -> Facts:
     nics = network.collect_nics(host)
     numa_raw: dict[str, str | None] = {}
     rx: dict[str, int | None] = {}
+    carrier: dict[str, str | None] = {}
     for n in nics:
         if not n.physical:
             continue
-        numa_raw[n.name] = host.read_value(f"{NET_DIR}/{n.name}/device/numa_node")
+        numa_raw[n.name] = host.read_value(f"{_device_dir(n)}/numa_node")
+        carrier[n.name] = host.read_value(f"{NET_DIR}/{n.name}/carrier")
         raw = host.read_value(f"{NET_DIR}/{n.name}/statistics/rx_packets")
         rx[n.name] = int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
     peermem, evidence, readable = _peermem(host)
@@ -113,7 +124,14 @@ def collect(host: Host) -> Facts:
         peermem=peermem,
         peermem_evidence=evidence,
         modules_readable=readable,
+        carrier_raw=carrier,
     )
+
+
+def _device_dir(n: Nic) -> str:
+    """Where the NIC's device attributes are: its `device` link, or the device folder its own link
+    leads into when the recording kept no `device` link."""
+    return n.device_dir or f"{NET_DIR}/{n.name}/device"
 
 
 def _peermem(host: Host) -> tuple[str | None, dict[str, str], bool]:
@@ -161,9 +179,42 @@ def _is_data(n: Nic, f: Facts, p: Params) -> bool:
     )
 
 
-def _is_up(n: Nic) -> bool:
-    # "unknown" is what drivers without operstate support report; carrier then tells.
-    return n.operstate == "up" or (n.operstate in (None, "unknown") and n.carrier is True)
+def _link(n: Nic, f: Facts) -> tuple[bool | None, str]:
+    """(up, why not): up is None when the recorded files do not tell."""
+    if n.operstate == "up":
+        return True, ""
+    carrier = f.carrier_raw.get(n.name)
+    if n.carrier is False:
+        return False, "no carrier (cable, transceiver or switch port)"
+    if carrier == "":
+        # carrier_show returns EINVAL unless the interface is up (IFF_UP): recorded as empty.
+        return False, "administratively down or never configured"
+    if n.operstate in (None, "unknown"):
+        # "unknown" is what drivers without operstate support report; carrier then tells.
+        if n.carrier is True:
+            return True, ""
+        return None, _unknown_link(n, carrier)
+    if n.operstate == "down" and n.carrier is None:
+        # operstate is "down" both without a carrier and when administratively down.
+        return False, "operstate down, carrier not recorded (no link or administratively down)"
+    if n.operstate in _NOT_UP:
+        return False, f"operstate {n.operstate}"
+    return None, f"operstate {n.operstate!r} is not one the kernel prints"
+
+
+def _unknown_link(n: Nic, carrier: str | None) -> str:
+    """Why neither operstate nor carrier tells the link state, naming what was read or missing."""
+    base = f"{NET_DIR}/{n.name}"
+    operstate = f"{base}/operstate absent" if n.operstate is None else f"operstate {n.operstate}"
+    return f"{operstate}, " + (f"{base}/carrier absent" if carrier is None else f"carrier {carrier!r}")
+
+
+def _shown(raw: str | None, parsed: bool | None = None) -> str:
+    """A file's value for evidence: as read, "(empty)" when its read failed when recorded, "(absent)"
+    when not there, or the parsed value of hand-built facts."""
+    if raw is not None:
+        return raw or "(empty)"
+    return "(absent)" if parsed is None else str(int(parsed))
 
 
 def _describe(n: Nic, f: Facts) -> str:
@@ -177,15 +228,19 @@ def _describe(n: Nic, f: Facts) -> str:
 
 def _evidence(n: Nic, f: Facts) -> dict[str, str]:
     base = f"{NET_DIR}/{n.name}"
+    device = _device_dir(n)
     ev = {
-        f"{base}/operstate": str(n.operstate),
-        f"{base}/carrier": "1" if n.carrier else ("0" if n.carrier is False else "(unreadable)"),
+        f"{base}/operstate": _shown(n.operstate),
+        f"{base}/carrier": _shown(f.carrier_raw.get(n.name), n.carrier),
         f"{base}/speed": str(n.speed_mbps) if n.speed_mbps else "unknown (-1 or absent)",
         f"{base}/mtu": str(n.mtu),
-        f"{base}/device/driver": str(n.driver),
-        f"{base}/device/numa_node": str(f.numa_raw.get(n.name)),
-        f"{base}/device": str(n.pci_address),
+        f"{device}/driver": str(n.driver),
+        f"{device}/numa_node": _shown(f.numa_raw.get(n.name)),
     }
+    if device == f"{base}/device":
+        ev[device] = str(n.pci_address)
+    else:
+        ev[base] = f"links to {device}/net/{n.name} (no device link): {n.pci_address}"
     rx = f.rx_packets.get(n.name)
     if rx is not None:
         ev[f"{base}/statistics/rx_packets"] = str(rx)
@@ -206,13 +261,11 @@ def _nic_findings(n: Nic, f: Facts, p: Params) -> list[Finding]:
     )
     ev = _evidence(n, f)
     out: list[Finding] = []
-    if not _is_up(n):
+    up, why = _link(n, f)
+    if up is None:
+        return [_link_unknown(n, role, why, ev, judged=data or required)]
+    if not up:
         rx = f.rx_packets.get(n.name) or 0
-        why = (
-            "no carrier (cable, transceiver or switch port)"
-            if n.carrier is False
-            else "administratively down or never configured"
-        )
         remediation = (
             f"ip link set {n.name} up; check the cable and the switch port (ethtool {n.name}; "
             f"for IB/RoCE ports: ibstat, mlxlink -d <device>)."
@@ -295,14 +348,13 @@ def _nic_findings(n: Nic, f: Facts, p: Params) -> list[Finding]:
                 subject=n.name,
             )
         )
-    if f.numa_nodes > 1 and n.numa_node is None:
-        raw = f.numa_raw.get(n.name)
+    raw = f.numa_raw.get(n.name)
+    if f.numa_nodes > 1 and n.numa_node is None and _no_node(raw):
         out.append(
             Finding(
                 ID,
                 Status.WARN,
-                f"{n.name} ({n.pci_address}) has no NUMA node "
-                f"(numa_node {raw if raw is not None else 'absent'}) "
+                f"{n.name} ({n.pci_address}) has no NUMA node (numa_node {raw}) "
                 f"on a {f.numa_nodes}-node machine: NIC/GPU/CPU affinity cannot be derived",
                 ev,
                 expected="numa_node >= 0",
@@ -318,6 +370,35 @@ def _nic_findings(n: Nic, f: Facts, p: Params) -> list[Finding]:
             note = " (speed not reported" + ("; the IB rate is judged by the rdma check)" if ipoib else ")")
         out.append(Finding(ID, Status.OK, f"{role} {n.name}: {_describe(n, f)}{note}", ev, subject=n.name))
     return out
+
+
+def _no_node(raw: str | None) -> bool:
+    """numa_node holds NUMA_NO_NODE (-1): the firmware gave the slot no proximity. An absent or
+    unparsable file says nothing about the firmware."""
+    return raw is not None and re.fullmatch(r"-\d+", raw) is not None
+
+
+def _link_unknown(n: Nic, role: str, why: str, ev: dict[str, str], judged: bool) -> Finding:
+    """A NIC whose recorded files do not tell its link state: UNKNOWN for the NICs the check
+    judges (data, required), SKIPPED for the others."""
+    if not judged:
+        return Finding(
+            ID,
+            Status.SKIPPED,
+            f"{role} {n.name}: link state not judged ({why})",
+            ev,
+            subject=n.name,
+        )
+    return Finding(
+        ID,
+        Status.UNKNOWN,
+        f"{role} {n.name}: link state unknown ({why})",
+        ev,
+        expected="operstate up, carrier 1",
+        remediation=f"ip -d link show {n.name}; ethtool {n.name}; record the node again if the "
+        "files are missing from a snapshot.",
+        subject=n.name,
+    )
 
 
 def _peermem_finding(f: Facts, p: Params) -> Finding:
@@ -396,9 +477,16 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
         )
     for n in physical:
         findings += _nic_findings(n, f, p)
-    findings += unparsable(
-        ID, [q for n in f.nics for q in n.problems], "interface attribute(s)", "`ip -d link` and `ethtool`"
-    )
+    # What cannot be parsed is not known: UNKNOWN, naming each file and its value.
+    findings += [
+        replace(u, status=Status.UNKNOWN)
+        for u in unparsable(
+            ID,
+            [q for n in f.nics for q in n.problems],
+            "interface attribute(s)",
+            "`ip -d link` and `ethtool`",
+        )
+    ]
     names = [n.name for n in physical]
     for pattern in p.required:
         if not any(fnmatch.fnmatchcase(name, pattern) for name in names):

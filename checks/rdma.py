@@ -1,16 +1,19 @@
-"""RDMA ports (InfiniBand and RoCE): port state, physical state, rate, link layer and the memlock limit.
+"""RDMA ports (InfiniBand and RoCE): port state, physical state, rate, width, link layer and the
+memlock limit.
 
 NCCL's rings and trees run at the pace of the slowest rail: one port in INIT (no subnet manager), one
-that trained at a lower rate, or a memlock limit that makes memory registration fail, slows or breaks
-every multi-node job on the node.
+that trained at a lower rate or on fewer lanes, or a memlock limit that makes memory registration
+fail, slows or breaks every multi-node job on the node.
 
 Attributes: Documentation/ABI/stable/sysfs-class-infiniband (ports/N/state, phys_state, rate,
-link_layer), https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband
+link_layer), https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband, in the
+formats of drivers/infiniband/core/sysfs.c. A file that was not recorded is never read as a state:
+an absent state file is UNKNOWN, not "down".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from nodeagent.check import Check, param
 from nodeagent.facts import limits, network
@@ -26,6 +29,7 @@ _MEMLOCK_DOC = (
     "increasing-the-amount-of-memory-that-users-are-allowed-to-pin-in-the-system_configuring-infiniband-and-rdma-networks"
 )
 _IB_DOC = "https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband"
+_PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,19 @@ class Params:
         "Ports of one link layer at different rates make collectives run at the slowest rail "
         "(NCCL uses all HCAs in parallel: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).",
     )
+    require_all_ports: bool = param(
+        False,
+        "A port without link (state DOWN) on an HCA whose other port is ACTIVE is WARN: dual-port cards "
+        "are often cabled on one port. True makes it FAIL like any other port that cannot carry traffic, "
+        f"for nodes where every port is a rail (ports/N/state: {_IB_DOC}).",
+    )
+    expected_width: int = param(
+        0,
+        "Lanes every active InfiniBand port should run (ports/N/rate '(4X HDR)': the active width, "
+        f"{_IB_DOC}). 0: each port is compared with the node's widest InfiniBand port, so a port that "
+        "trained down to 1X or 2X beside 4X ports is flagged; a lone port is not judged. Set 4 to require "
+        "full QSFP width, 2 for HDR100/NDR200 split cables.",
+    )
 
 
 @dataclass(frozen=True)
@@ -49,17 +66,28 @@ class Facts:
     ports: list[RdmaPort]
     device_real: dict[str, str | None]  # device -> where its sysfs link resolves (None: dangling)
     limits: dict[str, Limit] | None  # of /proc/self/limits; None when unreadable
+    raw: dict[str, str | None] = field(default_factory=dict)  # port file -> text as read (None: absent)
 
 
 def collect(host: Host) -> Facts:
     devices = host.listdir(IB_DIR)
+    ports = network.collect_rdma(host)
     return Facts(
         ib_listed=devices is not None,
         devices=devices or [],
-        ports=network.collect_rdma(host),
+        ports=ports,
         device_real={d: host.realpath(f"{IB_DIR}/{d}") for d in devices or []},
         limits=limits.collect_limits(host),
+        raw={path: host.read_value(path) for p in ports for path in _port_paths(p)},
     )
+
+
+def _port_paths(p: RdmaPort) -> list[str]:
+    return [f"{_base(p)}/{name}" for name in _PORT_FILES]
+
+
+def _base(p: RdmaPort) -> str:
+    return f"{IB_DIR}/{p.device}/ports/{p.port}"
 
 
 def _human_bytes(n: int) -> str:
@@ -69,24 +97,63 @@ def _human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
-def _port_evidence(p: RdmaPort) -> dict[str, str]:
-    base = f"{IB_DIR}/{p.device}/ports/{p.port}"
+def _port_evidence(p: RdmaPort, f: Facts) -> dict[str, str]:
+    """Each port file: its parsed value ("ACTIVE" from "4: ACTIVE"), the text as read when it did
+    not parse, or "(absent)"."""
+    base = _base(p)
+    parsed = {"state": p.state, "phys_state": p.phys_state, "rate": p.rate, "link_layer": p.link_layer}
+    ev: dict[str, str] = {}
+    for name in _PORT_FILES:
+        path = f"{base}/{name}"
+        value = parsed[name] or f.raw.get(path)
+        ev[path] = "(absent)" if value is None else value
+    ev.update(_device_evidence(p))
+    return ev
+
+
+def _device_evidence(p: RdmaPort) -> dict[str, str]:
+    link = f"{IB_DIR}/{p.device}/device"
+    if p.device_dir is None and p.pci_address is None:
+        return {link: "(absent)"}
+    if p.device_dir in (None, link):
+        return {link: p.pci_address or "(no PCI function on its path)"}
+    target = f"{p.device_dir}/infiniband/{p.device}"
     return {
-        f"{base}/state": str(p.state),
-        f"{base}/phys_state": str(p.phys_state),
-        f"{base}/rate": str(p.rate),
-        f"{base}/link_layer": str(p.link_layer),
-        f"{IB_DIR}/{p.device}/device": str(p.pci_address),
+        f"{IB_DIR}/{p.device}": f"links to {target} (no device link): {p.pci_address or 'no PCI function'}"
     }
 
 
+def _problem(p: RdmaPort, name: str) -> str | None:
+    """Why ports/N/<name> could not be parsed, None when it was (or is absent)."""
+    prefix = f"{_base(p)}/{name}: "
+    return next((q.removeprefix(prefix) for q in p.problems if q.startswith(prefix)), None)
+
+
+def _where(p: RdmaPort) -> str:
+    if p.pci_address:
+        return f", PCI {p.pci_address}"
+    if network.is_virtual(p.device_dir):
+        return ", virtual device (software RDMA)"
+    if p.device_dir:
+        return ", no PCI device"
+    return f", device not recorded ({IB_DIR}/{p.device}/device absent)"
+
+
+def _state_text(p: RdmaPort) -> str:
+    def shown(word: str | None, name: str) -> str:
+        return word or ("(unparsable)" if _problem(p, name) else "(absent)")
+
+    return f"state {shown(p.state, 'state')}, phys_state {shown(p.phys_state, 'phys_state')}"
+
+
 def _state_problem(p: RdmaPort) -> tuple[str, str] | None:
-    """(why, remediation) when the port cannot carry traffic; None when ACTIVE and LinkUp."""
+    """(why, remediation) when the port's state shows it cannot carry traffic; None when ACTIVE
+    (and LinkUp, or its physical state not known: see _state_unknown) or not known at all."""
     name = f"{p.device} port {p.port}"
-    if p.state == "ACTIVE" and p.phys_state == "LinkUp":
+    if p.state is None or (p.state == "ACTIVE" and p.phys_state in ("LinkUp", None)):
         return None
     ib = (p.link_layer or "InfiniBand") == "InfiniBand"
-    state = f"state {p.state or '(unreadable)'}, phys_state {p.phys_state or '(unreadable)'}"
+    state = _state_text(p)
     if p.state in ("INIT", "ARMED") and ib:
         return (
             f"{name} is {state}: the cable is up but no subnet manager has configured the port",
@@ -116,39 +183,40 @@ def _state_problem(p: RdmaPort) -> tuple[str, str] | None:
     )
 
 
-def _port_findings(port: RdmaPort, params: Params) -> list[Finding]:
-    ev = _port_evidence(port)
+def _state_unknown(p: RdmaPort) -> tuple[str, bool] | None:
+    """(why, whole port) when a state file could not be read or parsed. Without the logical state
+    nothing about the port is known; an ACTIVE port with an unparsable phys_state is still judged
+    on its rate and width (the subnet manager only activates a trained link)."""
+    base = _base(p)
+    if p.state is None:
+        why = _problem(p, "state") or "absent"
+        phys = f"; phys_state {p.phys_state}" if p.phys_state else ""
+        return f"{p.device} port {p.port}: port state unknown ({base}/state {why}){phys}", True
+    phys_why = _problem(p, "phys_state")
+    if p.state == "ACTIVE" and phys_why:
+        return f"{p.device} port {p.port}: physical state unknown ({base}/phys_state {phys_why})", False
+    return None
+
+
+def _rate_findings(port: RdmaPort, params: Params, ev: dict[str, str]) -> list[Finding]:
     subject = f"{port.device}/{port.port}"
     name = f"{port.device} port {port.port}"
-    problem = _state_problem(port)
-    if problem:
-        why, remediation = problem
+    if port.rate is None:
+        return []  # not recorded: not judged (the OK summary says so)
+    if port.rate_gbps is None:
         return [
             Finding(
                 ID,
-                Status.FAIL,
-                why,
+                Status.UNKNOWN,
+                f"{name}: rate {port.rate!r} is not '<N> Gb/sec (<width>X <speed>)' as the kernel prints it",
                 ev,
-                expected="state ACTIVE, phys_state LinkUp",
-                remediation=remediation,
-                subject=subject,
-            )
-        ]
-    out: list[Finding] = []
-    if port.rate_gbps is None:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{name}: rate unreadable ({port.rate!r})",
-                ev,
-                expected="'<N> Gb/sec (<width> <speed>)'",
+                expected="'<N> Gb/sec (<width>X <speed>)'",
                 remediation=f"ibstat {port.device}; a corrupt recording or a driver bug.",
                 subject=subject,
             )
-        )
-    elif params.min_rate_gbps > 0 and port.rate_gbps < params.min_rate_gbps:
-        out.append(
+        ]
+    if params.min_rate_gbps > 0 and port.rate_gbps < params.min_rate_gbps:
+        return [
             Finding(
                 ID,
                 Status.WARN,
@@ -157,26 +225,130 @@ def _port_findings(port: RdmaPort, params: Params) -> list[Finding]:
                 expected=f">= {params.min_rate_gbps:g} Gb/sec",
                 remediation=f"If the HCA and switch support more: check the cable rating and reseat it; "
                 f"mlxlink -d {port.device} -p {port.port} shows the negotiated speed and width. "
-                "If this is the "
-                "fabric's rate, set min_rate_gbps for this SKU.",
+                "If this is the fabric's rate, set min_rate_gbps for this SKU.",
                 subject=subject,
             )
-        )
-    if not out:
-        where = f", PCI {port.pci_address}" if port.pci_address else ", no PCI device (software RDMA)"
-        numa = f", NUMA node {port.numa_node}" if port.numa_node is not None else ""
-        netdevs = f", netdev {', '.join(port.netdevs)}" if port.netdevs else ""
+        ]
+    return []
+
+
+def _judged_on_width(p: RdmaPort) -> bool:
+    """Active InfiniBand ports whose rate names a width. A RoCE port's width is its Ethernet speed
+    mapped onto IB terms (ib_get_eth_speed in include/rdma/ib_verbs.h: 25 GbE is "1X EDR"), not a
+    lane count that can train down; a rate without a width (ibstat's) tells nothing."""
+    return p.state == "ACTIVE" and p.link_layer == "InfiniBand" and p.lanes is not None
+
+
+def _width_reference(ports: list[RdmaPort], params: Params) -> tuple[int, RdmaPort | None] | None:
+    """The width ports are held to: expected_width, or the node's widest judged port."""
+    if params.expected_width > 0:
+        return params.expected_width, None
+    judged = [p for p in ports if _judged_on_width(p)]
+    widest = max(judged, key=lambda p: p.lanes or 0, default=None)
+    return (widest.lanes, widest) if widest and widest.lanes else None
+
+
+def _width_finding(
+    port: RdmaPort, reference: tuple[int, RdmaPort | None] | None, ev: dict[str, str], f: Facts
+) -> Finding | None:
+    if reference is None or not _judged_on_width(port) or (port.lanes or 0) >= reference[0]:
+        return None
+    width, ref = reference
+    name = f"{port.device} port {port.port}"
+    if ref is None:
+        against = f"narrower than expected_width {width}X"
+    else:
+        against = f"fewer lanes than {ref.device}/{ref.port} at {width}X ({ref.rate})"
+        ref_rate = f"{_base(ref)}/rate"
+        ev = {**ev, ref_rate: f.raw.get(ref_rate) or str(ref.rate)}
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{name} runs {port.width} ({port.rate}), {against}: trained down or cabled narrower",
+        ev,
+        expected=f"{width}X",
+        remediation="A port that trained below its cable's width lost lanes: a damaged cable or "
+        "transceiver, a dirty or half-seated connector, or a switch port limited in width. "
+        f"mlxlink -d {port.device} -p {port.port} shows the enabled and active width; reseat or replace "
+        "the cable. Split cables (HDR100, NDR200) run 2X by design: set expected_width=2.",
+        subject=f"{port.device}/{port.port}",
+    )
+
+
+def _port_findings(
+    port: RdmaPort, params: Params, reference: tuple[int, RdmaPort | None] | None, f: Facts
+) -> list[Finding]:
+    ev = _port_evidence(port, f)
+    subject = f"{port.device}/{port.port}"
+    out: list[Finding] = []
+    unknown = _state_unknown(port)
+    if unknown:
+        why, whole = unknown
         out.append(
             Finding(
                 ID,
-                Status.OK,
-                f"{name}: ACTIVE/LinkUp, {port.rate}, "
-                f"{port.link_layer or 'link layer unknown'}{where}{numa}{netdevs}",
+                Status.UNKNOWN,
+                why,
                 ev,
+                expected="state ACTIVE, phys_state LinkUp, as '<number>: <name>'",
+                remediation=f"ibstat {port.device}; record the node again if the file is missing or "
+                "corrupt in a snapshot.",
                 subject=subject,
             )
         )
+        if whole:
+            return out
+    problem = _state_problem(port)
+    if problem:
+        why, remediation = problem
+        status, why = _down_severity(port, why, params, f)
+        return [
+            Finding(
+                ID,
+                status,
+                why,
+                ev,
+                expected="state ACTIVE, phys_state LinkUp",
+                remediation=remediation,
+                subject=subject,
+            )
+        ]
+    out += _rate_findings(port, params, ev)
+    narrow = _width_finding(port, reference, ev, f)
+    if narrow:
+        out.append(narrow)
+    if not out:
+        out.append(_healthy(port, ev))
     return out
+
+
+def _down_severity(port: RdmaPort, why: str, params: Params, f: Facts) -> tuple[Status, str]:
+    """FAIL for a port that cannot carry traffic, unless it has no link (DOWN) while another port
+    of its HCA is ACTIVE: then the HCA is in use and this port is as likely never cabled (WARN)."""
+    if port.state != "DOWN" or params.require_all_ports:
+        return Status.FAIL, why
+    active = next((p for p in f.ports if p.device == port.device and p.state == "ACTIVE"), None)
+    if active is None:
+        return Status.FAIL, why
+    return Status.WARN, (
+        f"{why}; {active.device} port {active.port} is ACTIVE, so this may be an unused port "
+        "(set require_all_ports if every port must carry traffic)"
+    )
+
+
+def _healthy(port: RdmaPort, ev: dict[str, str]) -> Finding:
+    numa = f", NUMA node {port.numa_node}" if port.numa_node is not None else ""
+    netdevs = f", netdev {', '.join(port.netdevs)}" if port.netdevs else ""
+    phys = port.phys_state or f"phys_state not recorded ({_base(port)}/phys_state absent)"
+    rate = port.rate or f"rate not recorded ({_base(port)}/rate absent)"
+    return Finding(
+        ID,
+        Status.OK,
+        f"{port.device} port {port.port}: ACTIVE/{phys}, {rate}, "
+        f"{port.link_layer or 'link layer unknown'}{_where(port)}{numa}{netdevs}",
+        ev,
+        subject=f"{port.device}/{port.port}",
+    )
 
 
 def _mixed_rates(ports: list[RdmaPort], params: Params) -> list[Finding]:
@@ -193,7 +365,7 @@ def _mixed_rates(ports: list[RdmaPort], params: Params) -> list[Finding]:
                 ID,
                 Status.OK if params.allow_mixed_rates else Status.WARN,
                 f"{layer} ports run at different rates ({listing} Gb/s): collectives run at the slowest",
-                {f"{IB_DIR}/{p.device}/ports/{p.port}/rate": str(p.rate) for p in same},
+                {f"{_base(p)}/rate": str(p.rate) for p in same},
                 expected="one rate across the node's ports",
                 remediation="Find the slow port (cable, transceiver, switch port configuration), "
                 "or exclude it from NCCL with NCCL_IB_HCA.",
@@ -255,6 +427,13 @@ def _memlock(f: Facts) -> Finding:
     )
 
 
+def _reported_per_port(problem: str, ports: list[RdmaPort]) -> bool:
+    """State, phys_state and rate problems are UNKNOWN findings of their port already."""
+    return any(
+        problem.startswith(f"{_base(p)}/{name}: ") for p in ports for name in ("state", "phys_state", "rate")
+    )
+
+
 def evaluate(f: Facts, p: Params) -> list[Finding]:
     if not f.ib_listed:
         return [
@@ -294,12 +473,15 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
             )
         )
         return findings
+    reference = _width_reference(f.ports, p)
     for port in f.ports:
-        findings += _port_findings(port, p)
+        findings += _port_findings(port, p, reference, f)
     findings += _mixed_rates(f.ports, p)
-    findings += unparsable(
-        ID, [q for port in f.ports for q in port.problems], "port attribute(s)", "`ibstat`"
-    )
+    # What cannot be parsed is not known: UNKNOWN, naming each file and its value.
+    other = [q for port in f.ports for q in port.problems if not _reported_per_port(q, f.ports)]
+    findings += [
+        replace(u, status=Status.UNKNOWN) for u in unparsable(ID, other, "port attribute(s)", "`ibstat`")
+    ]
     findings.append(_memlock(f))
     return findings
 

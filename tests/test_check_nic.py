@@ -14,6 +14,7 @@ from nodeagent.facts.gpus import Gpu
 from nodeagent.facts.network import Nic, RdmaPort
 from nodeagent.finding import Status
 from nodeagent.host import LocalHost, SnapshotHost
+from tests import corpus
 from tests.helpers import FIXTURE_TREES, findings_about, fixture_host, make_tree, one_finding
 
 TREE_32 = "32em64t-2n8c+dax+nvme+mic+dimms"
@@ -87,9 +88,97 @@ def test_every_tree_without_unknown(name: str) -> None:
     assert all(f.status is not Status.UNKNOWN for f in findings)
 
 
+def test_virtual_interfaces_stay_virtual() -> None:
+    # The recording keeps lo, br0, eth0.1015 and mic0 as links into devices/virtual/net, whose
+    # targets it left out: interfaces with no device, never PCI NICs.
+    nics = {n.name: n for n in nic.collect(fixture_host(TREE_32)).nics}
+    assert sorted(nics) == ["br0", "eth0", "eth0.1015", "eth1", "ib0", "lo", "mic0"]
+    assert {name for name, n in nics.items() if not n.physical} == {"br0", "eth0.1015", "lo", "mic0"}
+    # ib0 -> ../../devices/pci0000:80/0000:80:02.2/0000:82:00.0/net/ib0
+    assert nics["ib0"].pci_address == "0000:82:00.0"
+
+
 def test_trees_without_class_net_are_skipped() -> None:
     f = nic.CHECK.run(fixture_host("16amd64-8n2c"), Params())
     assert [(x.status, x.evidence) for x in f] == [(Status.SKIPPED, {"/sys/class/net": "absent"})]
+
+
+# -- the real-machine corpus (tests/fixtures/corpus) ------------------------------------------------
+
+NODE_EXPORTER = "sysfs-node-exporter-bonding-mlx4-i40iw"  # node_exporter's collector/fixtures/sys.ttar
+GHW_RYZEN = "sysfs-ghw-ryzen5-1600-4nic"
+
+
+def _corpus_host(tmp_path_factory: pytest.TempPathFactory, name: str) -> SnapshotHost:
+    """A corpus recording's snapshot tree, built as the corpus truth test builds it."""
+    return SnapshotHost(corpus.build_tree(corpus.load(name), tmp_path_factory.mktemp(name) / "tree"))
+
+
+@pytest.fixture(scope="module")
+def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> SnapshotHost:
+    return _corpus_host(tmp_path_factory, NODE_EXPORTER)
+
+
+def test_bonding_masters_file_is_not_an_interface(node_exporter: SnapshotHost) -> None:
+    # tree.ttar: "Path: sys/class/net/bonding_masters / Lines: 1 / bond0 dmz int", a plain file the
+    # bonding driver adds beside the interfaces; bond0, dmz and int are folders with type and
+    # ifindex, eth0 a link.
+    facts = nic.collect(node_exporter)
+    assert [n.name for n in facts.nics] == ["bond0", "dmz", "eth0", "int"]
+    findings = nic.evaluate(facts, Params())
+    assert not [f for f in findings if "bonding_masters" in f.subject + f.summary + str(f.evidence)]
+
+
+def test_nic_without_device_link_is_placed_by_its_own_link(node_exporter: SnapshotHost) -> None:
+    # tree.ttar: sys/class/net/eth0 -> ../../devices/pci0000:00/0000:00:03.0/0000:03:00.0/net/eth0/
+    # and no eth0/device link; that folder holds speed 1000, mtu 1500, operstate up, carrier 1.
+    facts = nic.collect(node_exporter)
+    eth0 = next(n for n in facts.nics if n.name == "eth0")
+    assert eth0.pci_address == "0000:03:00.0" and eth0.physical
+    assert eth0.device_dir == "/sys/devices/pci0000:00/0000:00:03.0/0000:03:00.0"
+    assert [n.name for n in facts.nics if n.physical] == ["eth0"]  # the bonds have no device
+    f = one_finding(nic.evaluate(facts, Params()), "eth0")
+    assert f.status is Status.OK, f.summary
+    assert f.summary.startswith("NIC eth0: up, 1000 Mb/s, MTU 1500, driver ?, NUMA node ?")
+    assert f.evidence["/sys/class/net/eth0"] == (
+        "links to /sys/devices/pci0000:00/0000:00:03.0/0000:03:00.0/net/eth0 (no device link): 0000:03:00.0"
+    )
+
+
+def test_nics_without_state_files_are_not_called_down(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # ghw's Ryzen 5 1600 recording: four links such as enp3s0 -> ../../devices/pci0000:00/0000:00:01.3/
+    # 0000:01:00.2/0000:02:00.0/0000:03:00.0/net/enp3s0, whose folders hold addr_assign_type only:
+    # no operstate, carrier, speed or mtu, so nothing says whether any link is up.
+    host = _corpus_host(tmp_path_factory, GHW_RYZEN)
+    facts = nic.collect(host)
+    assert {n.name: n.pci_address for n in facts.nics} == {
+        "enp3s0": "0000:03:00.0",
+        "enp6s0f0": "0000:06:00.0",
+        "enp6s0f1": "0000:06:00.1",
+        "enp8s0": "0000:08:00.0",
+    }
+    findings = nic.evaluate(facts, Params())
+    for name in ("enp3s0", "enp6s0f0", "enp6s0f1", "enp8s0"):
+        f = one_finding(findings, name)
+        assert f.status is Status.SKIPPED, f.summary
+        assert "down" not in f.summary
+        assert f.evidence[f"/sys/class/net/{name}/operstate"] == "(absent)"
+
+
+def test_class_links_alone_place_nics_even_when_their_targets_were_not_recorded(tmp_path: Path) -> None:
+    # Only the links of /sys/class/net: a PCI path makes a physical NIC, devices/virtual a virtual one.
+    host = make_tree(
+        tmp_path,
+        {},
+        {
+            "/sys/class/net/ens5": "../../devices/pci0000:17/0000:17:02.0/0000:18:00.1/net/ens5",
+            "/sys/class/net/veth0": "../../devices/virtual/net/veth0",
+        },
+    )
+    nics = {n.name: n for n in nic.collect(host).nics}
+    assert nics["ens5"].pci_address == "0000:18:00.1"
+    assert nics["veth0"].pci_address is None and nics["veth0"].device_dir == "/sys/devices/virtual"
+    assert one_finding(nic.CHECK.run(host, Params()), "ens5").status is Status.SKIPPED  # no state recorded
 
 
 # -- hand-built facts -----------------------------------------------------------------------------
@@ -164,6 +253,30 @@ def test_operstate_unknown_with_carrier_counts_as_up() -> None:
     assert one_finding(f, "ens1").status is Status.OK
 
 
+def test_link_state_unreadable_is_unknown_for_data_nics_and_skipped_for_others() -> None:
+    blind = _nic(operstate=None, carrier=None)
+    data = one_finding(nic.evaluate(_facts(blind), Params()), "ens1")
+    assert data.status is Status.UNKNOWN and "down" not in data.summary
+    assert data.evidence["/sys/class/net/ens1/operstate"] == "(absent)"
+    other = one_finding(nic.evaluate(_facts(replace(blind, driver="igb", speed_mbps=None)), Params()), "ens1")
+    assert other.status is Status.SKIPPED
+    # "unknown" (a driver without operstate support) and no carrier file: still nothing known.
+    vague = one_finding(nic.evaluate(_facts(_nic(operstate="unknown", carrier=None)), Params()), "ens1")
+    assert vague.status is Status.UNKNOWN
+
+
+def test_down_with_carrier_not_recorded_does_not_guess_why() -> None:
+    down = _nic(operstate="down", carrier=None, speed_mbps=None)
+    f = one_finding(nic.evaluate(_facts(down), Params()), "ens1")
+    assert f.status is Status.WARN
+    assert "administratively down or never configured" not in f.summary
+    assert "carrier not recorded" in f.summary
+    # An empty carrier file is the recorded EINVAL of an interface that is not up (net-sysfs.c
+    # carrier_show): administratively down.
+    admin = one_finding(nic.evaluate(_facts(down, carrier_raw={"ens1": ""}), Params()), "ens1")
+    assert "administratively down" in admin.summary
+
+
 def test_slow_data_nic_warns() -> None:
     f = nic.evaluate(_facts(_nic(speed_mbps=10_000)), Params())
     slow = one_finding(f, "ens1")
@@ -196,6 +309,9 @@ def test_numa_unknown_only_matters_on_multi_node_machines() -> None:
     multi = one_finding(nic.evaluate(_facts(lost, numa_nodes=2), Params()), "ens1")
     assert multi.status is Status.WARN and multi.fix == "numa-pinning"
     assert multi.evidence["/sys/class/net/ens1/device/numa_node"] == "-1"
+    # numa_node not recorded at all says nothing about the firmware: not judged.
+    absent = one_finding(nic.evaluate(_facts(lost, numa_nodes=2, numa_raw={"ens1": None}), Params()), "ens1")
+    assert absent.status is Status.OK
 
 
 def test_peermem_branches() -> None:
@@ -302,7 +418,15 @@ def test_collect_corrupt_attributes(tmp_path: Path) -> None:
         {"mtu": "big\n", "speed": "\x00\x00", "operstate": "up\x00\x00\x00", "type": "??\n"},
     )
     findings = nic.CHECK.run(host, Params())
-    assert all(f.status is not Status.UNKNOWN for f in findings)
+    # What cannot be parsed is UNKNOWN, each file with its value; the rest is judged as usual.
+    corrupt = one_finding(findings, "consistency")
+    assert corrupt.status is Status.UNKNOWN
+    assert set(corrupt.evidence) == {  # speed "\x00\x00" is empty once NULs go: not recorded
+        "/sys/class/net/ib0/mtu",
+        "/sys/class/net/ib0/type",
+        "/sys/class/net/ib0/device/numa_node",
+    }
+    assert [f for f in findings if f.status is Status.UNKNOWN] == [corrupt]
     ib0 = one_finding(findings, "ib0")
     assert ib0.evidence["/sys/class/net/ib0/mtu"] == "None"
     assert ib0.evidence["/sys/class/net/ib0/device/numa_node"] == "\x00\x00garbage"

@@ -9,10 +9,12 @@ import pytest
 
 from nodeagent.checks import rdma
 from nodeagent.checks.rdma import Facts, Params
+from nodeagent.facts import network
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.network import RdmaPort
 from nodeagent.finding import Status
 from nodeagent.host import LocalHost, SnapshotHost
+from tests import corpus
 from tests.helpers import FIXTURE_TREES, findings_about, fixture_host, make_tree, one_finding
 
 # -- recorded trees -------------------------------------------------------------------------------
@@ -66,10 +68,111 @@ def test_trees_without_infiniband_are_skipped_with_the_path() -> None:
     ]
 
 
+# -- the real-machine corpus (tests/fixtures/corpus) ------------------------------------------------
+
+
+def _corpus_host(tmp_path_factory: pytest.TempPathFactory, name: str) -> SnapshotHost:
+    """A corpus recording's snapshot tree, built as the corpus truth test builds it."""
+    return SnapshotHost(corpus.build_tree(corpus.load(name), tmp_path_factory.mktemp(name) / "tree"))
+
+
+@pytest.fixture(scope="module")
+def procfs(tmp_path_factory: pytest.TempPathFactory) -> SnapshotHost:
+    # prometheus/procfs testdata/fixtures.ttar: hfi1_0/1 "100 Gb/sec (4X EDR)", mlx4_0/1 and /2
+    # "40 Gb/sec (4X QDR)", mlx5_0/1 "25 Gb/sec (1X EDR)" with phys_state "4: ACTIVE"; the ports
+    # are folders (no class links, no device links).
+    return _corpus_host(tmp_path_factory, "sysfs-procfs-fixtures-mixed-hca")
+
+
+@pytest.fixture(scope="module")
+def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> SnapshotHost:
+    # node_exporter collector/fixtures/sys.ttar: i40iw0/1 "10 Gb/sec (4X)" (SDR, unnamed as kernels
+    # before 4.x printed it), mlx4_0/1 and /2 "40 Gb/sec (4X QDR)", all "4: ACTIVE" / "5: LinkUp".
+    return _corpus_host(tmp_path_factory, "sysfs-node-exporter-bonding-mlx4-i40iw")
+
+
+def test_down_second_port_beside_an_active_port_warns(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # ibv_devinfo of two dual-port ConnectX-3: port 1 of each PORT_ACTIVE, port 2 of each PORT_DOWN
+    # (-v on mlx4_1 port 2: phys_state POLLING); the tutorial host uses port 1 only. A down port
+    # whose HCA carries traffic on its other port is no proof of a fault: WARN, not a drain.
+    host = _corpus_host(tmp_path_factory, "ib-heioy-cx3-two-hca-port2-polling")
+    findings = rdma.CHECK.run(host, Params(min_rate_gbps=0))
+    for device, phys in (("mlx4_0", "(absent)"), ("mlx4_1", "Polling")):
+        f = one_finding(findings, f"{device}/2")
+        assert f.status is Status.WARN, f.summary
+        assert f.evidence[f"/sys/class/infiniband/{device}/ports/2/state"] == "DOWN"
+        assert f.evidence[f"/sys/class/infiniband/{device}/ports/2/phys_state"] == phys
+        assert f"{device} port 1 is ACTIVE" in f.summary
+    for port in ("mlx4_0/1", "mlx4_1/1"):
+        assert one_finding(findings, port).status is Status.OK
+    strict = rdma.CHECK.run(host, Params(min_rate_gbps=0, require_all_ports=True))
+    assert one_finding(strict, "mlx4_1/2").status is Status.FAIL
+
+
+def test_width_and_speed_read_from_the_rate(procfs: SnapshotHost, node_exporter: SnapshotHost) -> None:
+    got = {
+        f"{p.device}/{p.port}": (p.rate_gbps, p.width, p.speed_name)
+        for host in (procfs, node_exporter)
+        for p in rdma.collect(host).ports
+    }
+    assert got == {
+        "hfi1_0/1": (100.0, "4X", "EDR"),
+        "mlx4_0/1": (40.0, "4X", "QDR"),
+        "mlx4_0/2": (40.0, "4X", "QDR"),
+        "mlx5_0/1": (25.0, "1X", "EDR"),
+        "i40iw0/1": (10.0, "4X", None),
+    }
+
+
+def test_port_trained_down_to_1x_beside_4x_ports_warns(procfs: SnapshotHost) -> None:
+    findings = rdma.CHECK.run(procfs, Params(min_rate_gbps=0))
+    narrow = [f for f in findings_about(findings, "mlx5_0/1") if "1X" in f.summary]
+    assert len(narrow) == 1 and narrow[0].status is Status.WARN
+    assert narrow[0].evidence["/sys/class/infiniband/mlx5_0/ports/1/rate"] == "25 Gb/sec (1X EDR)"
+    assert narrow[0].evidence["/sys/class/infiniband/hfi1_0/ports/1/rate"] == "100 Gb/sec (4X EDR)"
+    for wide in ("hfi1_0/1", "mlx4_0/1", "mlx4_0/2"):
+        assert [f.status for f in findings_about(findings, wide)] == [Status.OK]
+    # The rates still differ, and say so once.
+    assert one_finding(findings, "rates").status is Status.WARN
+
+
+def test_all_4x_ports_are_not_judged_on_width(node_exporter: SnapshotHost) -> None:
+    findings = rdma.CHECK.run(node_exporter, Params(min_rate_gbps=0, allow_mixed_rates=True))
+    for port in ("i40iw0/1", "mlx4_0/1", "mlx4_0/2"):
+        assert [f.status for f in findings_about(findings, port)] == [Status.OK]
+
+
+def test_phys_state_the_kernel_cannot_print_is_unknown_not_fail(procfs: SnapshotHost) -> None:
+    # "4: ACTIVE": phys_state 4 is PortConfigurationTraining in the kernel's table, and ACTIVE is a
+    # logical state's name: the file says nothing certain about the physical link.
+    findings = findings_about(rdma.CHECK.run(procfs, Params(min_rate_gbps=0)), "mlx5_0/1")
+    assert Status.FAIL not in {f.status for f in findings}
+    unknown = [f for f in findings if f.status is Status.UNKNOWN]
+    assert len(unknown) == 1
+    assert unknown[0].evidence["/sys/class/infiniband/mlx5_0/ports/1/phys_state"] == "4: ACTIVE"
+    assert "PortConfigurationTraining" in unknown[0].summary
+
+
+def test_device_not_recorded_is_not_called_software_rdma(procfs: SnapshotHost) -> None:
+    hfi = one_finding(rdma.CHECK.run(procfs, Params(min_rate_gbps=0)), "hfi1_0/1")
+    assert "software" not in hfi.summary and "device not recorded" in hfi.summary
+
+
 # -- hand-built facts -----------------------------------------------------------------------------
 
 PORT = RdmaPort(
-    "mlx5_0", 1, "ACTIVE", "LinkUp", 200.0, "200 Gb/sec (4X HDR)", "InfiniBand", "0000:3b:00.0", 0, ["ib0"]
+    "mlx5_0",
+    1,
+    "ACTIVE",
+    "LinkUp",
+    200.0,
+    "200 Gb/sec (4X HDR)",
+    "InfiniBand",
+    "0000:3b:00.0",
+    0,
+    ["ib0"],
+    width="4X",
+    speed_name="HDR",
 )
 UNLIMITED_LOCK = {"Max locked memory": Limit(UNLIMITED, UNLIMITED, "bytes")}
 
@@ -95,7 +198,7 @@ def test_healthy_hdr_port() -> None:
         ("DOWN", "Disabled", "Ethernet", "disabled"),
         ("DOWN", "LinkDown", "Ethernet", "Ethernet link is down"),
         ("ACTIVE", "LinkErrorRecovery", "InfiniBand", "phys_state LinkErrorRecovery"),
-        (None, None, None, "(unreadable)"),
+        ("DOWN", None, "InfiniBand", "state DOWN"),
     ],
 )
 def test_port_not_active_fails(state: str | None, phys: str | None, layer: str | None, words: str) -> None:
@@ -107,16 +210,102 @@ def test_port_not_active_fails(state: str | None, phys: str | None, layer: str |
     assert f.remediation
 
 
+def test_absent_state_is_unknown_naming_the_path() -> None:
+    for phys in (None, "LinkUp", "Polling"):
+        port = replace(PORT, state=None, phys_state=phys)
+        f = one_finding(rdma.evaluate(_facts(port), Params()), "mlx5_0/1")
+        assert f.status is Status.UNKNOWN, f.summary
+        assert "/sys/class/infiniband/mlx5_0/ports/1/state" in f.summary
+        assert f.evidence["/sys/class/infiniband/mlx5_0/ports/1/state"] == "(absent)"
+        assert "down" not in f.summary.lower()
+
+
+def test_active_port_without_phys_state_is_judged_on_its_state() -> None:
+    # ibv_devinfo without -v shows no physical state: an ACTIVE port (which the subnet manager can
+    # only have made ACTIVE over a trained link) is not failed for a file the recording lacks.
+    f = one_finding(rdma.evaluate(_facts(replace(PORT, phys_state=None)), Params()), "mlx5_0/1")
+    assert f.status is Status.OK
+    assert "phys_state not recorded" in f.summary
+
+
 def test_init_on_roce_is_not_blamed_on_a_subnet_manager() -> None:
     port = replace(PORT, state="INIT", link_layer="Ethernet")
     f = one_finding(rdma.evaluate(_facts(port), Params()), "mlx5_0/1")
     assert f.status is Status.FAIL and "subnet manager" not in f.summary
 
 
-def test_unreadable_rate_warns() -> None:
-    port = replace(PORT, rate="garbage", rate_gbps=None)
+def test_unparsable_rate_is_unknown() -> None:
+    port = replace(PORT, rate="garbage", rate_gbps=None, width=None)
     f = one_finding(rdma.evaluate(_facts(port), Params()), "mlx5_0/1")
-    assert f.status is Status.WARN and "'garbage'" in f.summary
+    assert f.status is Status.UNKNOWN and "'garbage'" in f.summary
+
+
+@pytest.mark.parametrize(
+    ("text", "gbps", "width", "speed"),
+    [
+        # rate_show: "%d%s Gb/sec (%dX%s)": deci-Gb/s printed with ".5" or nothing, the active width,
+        # and the speed's name (none for SDR before 4.x); ibstat's conversion gives the rate alone.
+        ("100 Gb/sec (4X EDR)", 100.0, "4X", "EDR"),
+        ("56 Gb/sec (4X FDR)", 56.0, "4X", "FDR"),
+        ("10 Gb/sec (4X)", 10.0, "4X", None),
+        ("25 Gb/sec (1X EDR)", 25.0, "1X", "EDR"),
+        ("100 Gb/sec (2X HDR)", 100.0, "2X", "HDR"),
+        ("2.5 Gb/sec (1X SDR)", 2.5, "1X", "SDR"),
+        ("40 Gb/sec (4X FDR10)", 40.0, "4X", "FDR10"),
+        ("200 Gb/sec\n", 200.0, None, None),
+    ],
+)
+def test_parse_rate(text: str, gbps: float, width: str | None, speed: str | None) -> None:
+    assert network.parse_rate(text) == network.Rate(gbps, width, speed)
+
+
+@pytest.mark.parametrize(
+    "text", ["garbage", "200", "200 Gb/sec (4 HDR)", "200 Gb/sec (3X HDR)", "fast Gb/sec"]
+)
+def test_parse_rate_refuses_other_shapes(text: str) -> None:
+    assert network.parse_rate(text) is None
+
+
+def _rated(device: str, rate: str, port: int = 1) -> RdmaPort:
+    parsed = network.parse_rate(rate)
+    assert parsed is not None
+    return replace(
+        PORT,
+        device=device,
+        port=port,
+        rate=rate,
+        rate_gbps=parsed.gbps,
+        width=parsed.width,
+        speed_name=parsed.speed_name,
+    )
+
+
+def test_width_judged_only_against_known_widths() -> None:
+    # An ibstat-converted rate ("100 Gb/sec") has no width: never judged on it, never a reference.
+    hdr100 = _rated("mlx5_0", "100 Gb/sec")
+    narrow = _rated("mlx5_1", "100 Gb/sec (2X HDR)")
+    alone = rdma.evaluate(_facts(hdr100, narrow), Params(min_rate_gbps=0))
+    assert [f.status for f in findings_about(alone, "mlx5_0/1")] == [Status.OK]
+    assert [f.status for f in findings_about(alone, "mlx5_1/1")] == [Status.OK]  # nothing wider known
+    wide = _rated("mlx5_2", "200 Gb/sec (4X HDR)")
+    mixed = rdma.evaluate(_facts(hdr100, narrow, wide), Params(min_rate_gbps=0, allow_mixed_rates=True))
+    assert [f.status for f in findings_about(mixed, "mlx5_0/1")] == [Status.OK]
+    down = one_finding(mixed, "mlx5_1/1")
+    assert down.status is Status.WARN and "2X" in down.summary and "mlx5_2/1" in down.summary
+    # HDR100 split cables run 2X by design: expected_width says so.
+    by_design = rdma.evaluate(_facts(narrow), Params(min_rate_gbps=0, expected_width=2))
+    assert [f.status for f in findings_about(by_design, "mlx5_1/1")] == [Status.OK]
+    required = rdma.evaluate(_facts(narrow), Params(min_rate_gbps=0, expected_width=4))
+    assert one_finding(required, "mlx5_1/1").status is Status.WARN
+
+
+def test_roce_ports_are_not_judged_on_width() -> None:
+    # RoCE ports report an Ethernet speed mapped onto IB width and speed (ib_get_eth_speed: 25 GbE
+    # is "1X EDR"): the width is not a lane count that trained down.
+    roce25 = replace(_rated("mlx5_0", "25 Gb/sec (1X EDR)"), link_layer="Ethernet")
+    roce100 = replace(_rated("mlx5_1", "100 Gb/sec (4X EDR)"), link_layer="Ethernet")
+    findings = rdma.evaluate(_facts(roce25, roce100), Params(min_rate_gbps=0, allow_mixed_rates=True))
+    assert [f.status for f in findings_about(findings, "mlx5_0/1")] == [Status.OK]
 
 
 def test_mixed_rates_warn_per_link_layer() -> None:
@@ -209,6 +398,21 @@ def test_collect_two_ports_one_without_subnet_manager(tmp_path: Path) -> None:
     assert one_finding(findings, "memlock").status is Status.OK
 
 
+def test_collect_software_and_unrecorded_devices(tmp_path: Path) -> None:
+    # rxe0 links into devices/virtual (soft RoCE, no PCI function); mlx5_0 is a plain folder with
+    # no link at all: where it sits was not recorded, which is not the same as "software".
+    ports = {f"/sys/class/infiniband/mlx5_0/ports/1/{k}": v for k, v in HDR.items()}
+    virtual = {f"/sys/devices/virtual/infiniband/rxe0/ports/1/{k}": v for k, v in HDR.items()}
+    host = make_tree(
+        tmp_path,
+        {**ports, **virtual},
+        {"/sys/class/infiniband/rxe0": "../../devices/virtual/infiniband/rxe0"},
+    )
+    findings = rdma.CHECK.run(host, Params(min_rate_gbps=0))
+    assert "device not recorded" in one_finding(findings, "mlx5_0/1").summary
+    assert "virtual device (software RDMA)" in one_finding(findings, "rxe0/1").summary
+
+
 def test_collect_memlock_from_proc_self_limits(tmp_path: Path) -> None:
     host = _host(tmp_path, {"1": HDR}, {"/proc/self/limits": LIMITS.format(soft="65536", hard="65536")})
     memlock = one_finding(rdma.CHECK.run(host, Params()), "memlock")
@@ -222,9 +426,14 @@ def test_collect_corrupt_port_files(tmp_path: Path) -> None:
         {"/proc/self/limits": "Limit Soft Hard Units\nMax locked memory  lots  lots  bytes\n"},
     )
     findings = rdma.CHECK.run(host, Params())
-    assert all(f.status is not Status.UNKNOWN for f in findings)
-    assert one_finding(findings, "mlx5_0/1").status is Status.WARN  # rate unparsable, state fine after NULs
-    assert one_finding(findings, "mlx5_0/2").status is Status.FAIL
+    # What cannot be parsed is UNKNOWN with the file and the reason, never a state: port 1's state
+    # is fine once the NULs go, its rate is not a rate; port 2's state "garbage" is not "down".
+    rate = one_finding(findings, "mlx5_0/1")
+    assert rate.status is Status.UNKNOWN and "'\\x00\\x00fast'" in rate.summary
+    state = one_finding(findings, "mlx5_0/2")
+    assert state.status is Status.UNKNOWN
+    assert "/sys/class/infiniband/mlx5_0/ports/2/state 'garbage'" in state.summary
+    assert state.evidence["/sys/class/infiniband/mlx5_0/ports/2/state"] == "garbage"
     assert one_finding(findings, "memlock").status is Status.SKIPPED
 
 
