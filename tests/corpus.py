@@ -144,9 +144,46 @@ def _unpack(source: Path, dest: Path) -> None:
     shutil.rmtree(staging)
 
 
+README = CORPUS.parent / "README.md"
+README_HEAD = """# Recordings of real machines
+
+Everything here was recorded on machines nobody on this team made, and published by others. Each
+source keeps its licence; nothing here is nodeagent's own output.
+
+- `hwloc/`: /sys and /proc trees from hwloc's test suite, `tests/hwloc/linux/` in
+  https://github.com/open-mpi/hwloc (BSD-3-Clause, `hwloc/COPYING`), with hwloc's expected topology
+  for each (`NAME.console` or `NAME.xml`, and `NAME.test` saying how hwloc ran it).
+- `nvidia-smi/`: `topo-m-dgx-a100.txt` (a DGX A100) and `topo-m-dgx1-pcie.txt` (a DGX-1, `topo -mp`),
+  published outputs of `nvidia-smi topo -m` used by the parser tests by name.
+- `corpus/`: one folder per machine, the raw files as published and a `recording.yml` with the
+  source, licence, a note, and the values the raw data shows (format: `corpus/FORMAT.md`). How each
+  kind of file becomes a snapshot tree: `tests/corpus.py` (`make fixtures` writes them out). This
+  table is generated from the recording.yml files (`python -m tests.corpus --readme`); a test keeps
+  it in step.
+
+| recording | files | source | licence | note |
+|---|---|---|---|---|
+"""
+
+
+def readme() -> str:
+    rows = []
+    for name in names():
+        rec = load(name)
+        where = rec.source.url or f"https://github.com/{rec.source.repository}"
+        if rec.source.repository and rec.source.path and rec.source.commit:
+            where = f"{rec.source.repository} `{rec.source.path}` @ {rec.source.commit[:12]}"
+        note = " ".join(rec.note.split()).replace("|", "\\|")
+        rows.append(f"| {name} | {', '.join(rec.files)} | {where} | {rec.source.licence} | {note} |")
+    return README_HEAD + "\n".join(rows) + "\n"
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["--readme"]:
+        README.write_text(readme())
+        return 0
     if len(argv) != 1:
-        print("usage: python -m tests.corpus OUTPUT-FOLDER", file=sys.stderr)
+        print("usage: python -m tests.corpus OUTPUT-FOLDER | --readme", file=sys.stderr)
         return 64
     out = Path(argv[0])
     shutil.rmtree(out, ignore_errors=True)

@@ -3,7 +3,8 @@
 For each recording (see tests/corpus.py and tests/fixtures/corpus/FORMAT.md): `facts` and every
 check run without an exception; every value the source data shows (`expect` in recording.yml,
 read from the raw file, never from nodeagent) equals what nodeagent reads; and no FAIL is raised
-that the source does not show as a fault (`verdicts.faults`), nor a FAIL (and, where the entry
+that the source does not show as a fault (`verdicts.faults`, each of which must be reported), nor a
+FAIL (and, where the entry
 says `no_warn`, a WARN) about what the source shows to be by design (`verdicts.by_design`).
 """
 
@@ -41,6 +42,10 @@ def _host(name: str, trees: Path) -> tuple[corpus.Recording, SnapshotHost]:
 
 def test_the_corpus_is_large_enough() -> None:
     assert len(NAMES) >= 40
+
+
+def test_the_fixtures_readme_lists_every_recording() -> None:
+    assert corpus.README.read_text() == corpus.readme(), "run: python -m tests.corpus --readme"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -192,6 +197,8 @@ _COMPARE = {
 def _about(f: Finding, subject: str | None) -> bool:
     if subject is None:
         return True
+    if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d", subject):
+        subject = nvml.normalize_bus_id(subject)  # nvidia-smi's 8-digit domain, sysfs's 4
     device = re.split(r"[/:]", subject)[0]
     text = " ".join([f.subject, f.summary, *f.evidence])
     return subject in text or device in text
@@ -205,6 +212,12 @@ def _verdicts(rec: corpus.Recording, report: Report) -> None:
         if f.status is Status.FAIL and not any(v.check == f.check_id and _about(f, v.subject) for v in faults)
     ]
     assert not unexplained, f"FAIL without a fault in the source: {unexplained}"
+    for v in faults:
+        seen = [f for f in report.findings if f.check_id == v.check and _about(f, v.subject)]
+        assert any(f.status in (Status.WARN, Status.FAIL, Status.UNKNOWN) for f in seen), (
+            f"the source shows a fault nodeagent does not report ({v.why}): "
+            f"{[(f.status.value, f.summary) for f in seen]}"
+        )
     for v in rec.verdicts.by_design:
         flagged = [
             (f.status.value, f.subject, f.summary)

@@ -178,7 +178,8 @@ def test_tabs_expanded_to_spaces_are_put_back() -> None:
 
 def test_hand_spaced_output_keeps_only_unambiguous_cells() -> None:
     lines = [
-        re.sub(r"\t+", "  ", line) for line in _without_cpu_affinity(nvidia_smi_text(A100), [4]).splitlines()
+        re.sub(r"\t+", "  ", line)
+        for line in _without_cpu_affinity(nvidia_smi_text(A100), range(4, 5)).splitlines()
     ]
     m = parse_topo("\n".join(lines))
     assert m.link("GPU0", "GPU1") == "NV12"
