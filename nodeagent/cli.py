@@ -203,7 +203,13 @@ def list_checks(show_params: bool) -> None:
     help="Archive to write (.tar.gz).",
 )
 @click.option("--only", metavar="ID,...", help="Record only what these checks read.")
-def snapshot(output: Path, only: str | None) -> None:
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace host names, MAC/IP addresses, UUIDs and serial numbers with placeholders "
+    "(for a public bug report).",
+)
+def snapshot(output: Path, only: str | None, redact: bool) -> None:
     """Record what the checks read on this machine into a .tar.gz that --root reads back."""
     from nodeagent import checks
     from nodeagent.check import declared_commands, declared_paths
@@ -215,7 +221,7 @@ def snapshot(output: Path, only: str | None) -> None:
     patterns = sorted({*declared_paths(selected), *node.PATHS})
     commands = sorted({*declared_commands(selected), *node.COMMANDS})
     try:
-        rec = take(LocalHost(), patterns, commands, output)
+        rec = take(LocalHost(), patterns, commands, output, redact=redact)
     except OSError as e:
         raise UsageError(f"{output}: cannot write the snapshot ({e.strerror or e})") from None
     size = output.stat().st_size
@@ -223,6 +229,14 @@ def snapshot(output: Path, only: str | None) -> None:
         f"wrote {output}: {len(rec.files)} files, {len(rec.links)} links, {len(commands)} commands, "
         f"{size / 1024:.0f} KiB; read it back with --root {output}"
     )
+    if redact:
+        from nodeagent.host import SnapshotHost
+
+        # Read back from the archive: what the metadata says is what a bug report's reader sees.
+        counts = SnapshotHost(output).meta.get("redacted")
+        kinds = counts.items() if isinstance(counts, dict) else []
+        replaced = [f"{c['values']} {k}" for k, c in kinds if c["values"]]
+        click.echo(f"replaced with placeholders: {', '.join(replaced) or 'nothing'} (see nodeagent.json)")
 
 
 def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:

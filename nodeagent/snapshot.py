@@ -98,7 +98,8 @@ def record(
     commands: Iterable[Sequence[str]],
     command_timeout: float = COMMAND_TIMEOUT_S,
 ) -> Recording:
-    """Every file, folder and link `patterns` reach on `host`, and the `commands`' outputs."""
+    """Every file, folder and link `patterns` reach on `host` (with the folders on their way), and
+    the `commands`' outputs."""
     rec = Recording()
     argvs = [tuple(a) for a in commands]
     results: dict[tuple[str, ...], CmdResult] = {}
@@ -111,11 +112,15 @@ def record(
     for t in threads:
         t.start()
     # /proc/self is nodeagent itself while recording: kept as a folder, not a link to a pid.
-    for kind, path, value in globwalk.walk(host.tree, patterns, as_folders=("/proc/self",)):
+    # Every folder a pattern passes through is kept, empty if need be: the facts count cpuN and nodeN
+    # folders (hwloc does too), and a CPU or memoryless node holding no declared file is still there.
+    found = globwalk.walk(host.tree, patterns, as_folders=("/proc/self",), every_folder=True)
+    for kind, path, value in found:
         if kind == LINK:
             rec.links[path] = str(value)
         elif kind == DIR:
-            rec.dirs.add(path)
+            if path != "/":  # a link to "/" on the way: the root is every tree's, and has no name
+                rec.dirs.add(path)
         elif isinstance(value, bytes):  # None: unreadable, left out
             rec.files[path] = _sanitize(path, value)
     for t in threads:
@@ -192,13 +197,37 @@ def metadata(
     }
 
 
+def redacted(rec: Recording, meta: Mapping[str, object]) -> tuple[Recording, dict[str, object]]:
+    """`rec` and its metadata with host names, addresses, UUIDs and serials replaced by placeholders
+    (nodeagent.redact); the metadata's `redacted` says how many of each kind, never which."""
+    from nodeagent import redact  # not among the sources the pull ships: it runs here, never on nodes
+
+    meta_path = "/" + META_FILE
+    # The metadata holds the host name too: redacted with the files, so it gets the same placeholder.
+    out = redact.redact({**rec.files, meta_path: json.dumps(meta).encode()}, rec.links, rec.dirs)
+    clean = Recording()
+    clean.files, clean.links, clean.dirs = out.files, out.links, out.dirs
+    clean_meta: dict[str, object] = json.loads(clean.files.pop(meta_path))
+    clean_meta["redacted"] = out.counts
+    return clean, clean_meta
+
+
 def snapshot(
-    host: TreeHost, patterns: Sequence[str], commands: Sequence[Sequence[str]], output: Path
+    host: TreeHost,
+    patterns: Sequence[str],
+    commands: Sequence[Sequence[str]],
+    output: Path,
+    redact: bool = False,
 ) -> Recording:
+    """Record `patterns` and `commands` on `host` into the archive `output` (identifiers replaced
+    with `redact`, for a recording that goes public); the recording as written."""
     from nodeagent import __version__
 
     rec = record(host, patterns, commands)
-    write(rec, output, metadata(host, patterns, commands, __version__))
+    meta = metadata(host, patterns, commands, __version__)
+    if redact:
+        rec, meta = redacted(rec, meta)
+    write(rec, output, meta)
     return rec
 
 

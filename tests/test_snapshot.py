@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent import checks, engine, snapshot
 from nodeagent.check import declared_commands, declared_paths
-from nodeagent.facts import node
-from nodeagent.host import LocalHost, SnapshotHost
+from nodeagent.facts import node, topology
+from nodeagent.host import Host, LocalHost, SnapshotHost, globwalk
+from nodeagent.host.tree import DIR, FILE, LINK
+from tests import test_globwalk as globwalk_tests
+from tests.helpers import make_tree
 
 
 def _verdicts(report: engine.Report) -> set[tuple[str, str, str]]:
@@ -123,3 +127,57 @@ def test_secrets_are_left_out_of_environments_and_command_lines() -> None:
     assert snapshot._redact_cmdline(cmdline) == (
         b"python\0train.py\0--password\0REDACTED\0--api-key=REDACTED\0--epochs\0003"
     )
+
+
+# -- structure: folders a pattern passes through are kept, even without a declared file inside ---------
+
+
+def _sparse_tree(root: Path) -> None:
+    """Four CPUs and two NUMA nodes, with neither cpu/online nor node/online: the facts count the
+    cpuN and nodeN folders themselves. cpu3 and node1 hold no file that a check declares."""
+    cpu = "/sys/devices/system/cpu"
+    files = {f"{cpu}/cpu{c}/topology/core_id": f"{c}\n" for c in range(3)}
+    files[f"{cpu}/cpu3/uevent"] = "not declared\n"
+    files["/sys/devices/system/node/node0/cpulist"] = "0-3\n"
+    files["/sys/devices/system/node/node0/distance"] = "10 20\n"
+    files["/sys/devices/system/node/node1/vmstat"] = "not declared\n"  # memoryless: no meminfo
+    make_tree(root, files)
+
+
+def test_cpu_and_node_folders_without_declared_files_survive_a_recording(tmp_path: Path) -> None:
+    original = tmp_path / "tree"
+    _sparse_tree(original)
+    out = tmp_path / "sparse.tar.gz"
+    patterns = sorted({*declared_paths(checks.all_checks()), *node.PATHS})
+    snapshot.snapshot(LocalHost(str(original)), patterns, [], out)
+
+    def facts(host: Host) -> tuple[list[int], list[int], dict[int, dict[int, int]]]:
+        t = topology.collect(host)
+        return t.cpus_online, [n.id for n in t.numa_nodes], {n.id: n.distances for n in t.numa_nodes}
+
+    before = facts(SnapshotHost(original))
+    assert before == ([0, 1, 2, 3], [0, 1], {0: {0: 10, 1: 20}, 1: {}})
+    assert facts(SnapshotHost(out)) == before
+    assert SnapshotHost(out).listdir("/sys/devices/system/cpu/cpu3") == []
+
+
+def _folders_on_the_way(host: Host, patterns: list[str]) -> list[str]:
+    """The folders each proper prefix of each pattern matches, one glob at a time."""
+    prefixes = {"/" + "/".join(p.strip("/").split("/")[:k]) for p in patterns for k in range(1, p.count("/"))}
+    return sorted(path for prefix in prefixes for path in host.glob(prefix) if host.is_dir(path))
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries=globwalk_tests._entries(3), patterns=globwalk_tests.patterns_st)
+def test_every_folder_adds_exactly_the_folders_the_patterns_pass_through(
+    entries: dict[str, Any], patterns: list[str]
+) -> None:
+    """The recorder's walk is the reference walk of the patterns and of the folders on their way."""
+    tree = globwalk_tests.memory_tree(entries)
+    host = globwalk_tests.TreeOnly(tree)
+    files, links, dirs = globwalk_tests.one_by_one(host, patterns)
+    _, more_links, more_dirs = globwalk_tests.one_by_one(host, _folders_on_the_way(host, patterns))
+    found = globwalk.walk(tree, patterns, every_folder=True)
+    assert {p: v for k, p, v in found if k == FILE and v is not None} == files
+    assert {p: v for k, p, v in found if k == LINK} == {**links, **more_links}
+    assert {p for k, p, _ in found if k == DIR} == dirs | more_dirs
