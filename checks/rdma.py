@@ -105,10 +105,15 @@ def _port_evidence(p: RdmaPort, f: Facts) -> dict[str, str]:
     ev: dict[str, str] = {}
     for name in _PORT_FILES:
         path = f"{base}/{name}"
-        value = parsed[name] or f.raw.get(path)
-        ev[path] = "(absent)" if value is None else value
+        ev[path] = parsed[name] or _missing(path, f)
     ev.update(_device_evidence(p))
     return ev
+
+
+def _missing(path: str, f: Facts) -> str:
+    """A port file with no parsed value: its text when unparsable, else why there is none."""
+    raw = f.raw.get(path)
+    return "(absent)" if raw is None else raw or "(empty: the read failed when recorded)"
 
 
 def _device_evidence(p: RdmaPort) -> dict[str, str]:
@@ -183,18 +188,18 @@ def _state_problem(p: RdmaPort) -> tuple[str, str] | None:
     )
 
 
-def _state_unknown(p: RdmaPort) -> tuple[str, bool] | None:
+def _state_unknown(p: RdmaPort, f: Facts) -> tuple[str, bool] | None:
     """(why, whole port) when a state file could not be read or parsed. Without the logical state
     nothing about the port is known; an ACTIVE port with an unparsable phys_state is still judged
     on its rate and width (the subnet manager only activates a trained link)."""
     base = _base(p)
     if p.state is None:
-        why = _problem(p, "state") or "absent"
+        why = _problem(p, "state") or _missing(f"{base}/state", f)
         phys = f"; phys_state {p.phys_state}" if p.phys_state else ""
-        return f"{p.device} port {p.port}: port state unknown ({base}/state {why}){phys}", True
+        return f"{p.device} port {p.port}: port state unknown: {base}/state {why}{phys}", True
     phys_why = _problem(p, "phys_state")
     if p.state == "ACTIVE" and phys_why:
-        return f"{p.device} port {p.port}: physical state unknown ({base}/phys_state {phys_why})", False
+        return f"{p.device} port {p.port}: physical state unknown: {base}/phys_state {phys_why}", False
     return None
 
 
@@ -281,7 +286,7 @@ def _port_findings(
     ev = _port_evidence(port, f)
     subject = f"{port.device}/{port.port}"
     out: list[Finding] = []
-    unknown = _state_unknown(port)
+    unknown = _state_unknown(port, f)
     if unknown:
         why, whole = unknown
         out.append(
