@@ -465,11 +465,16 @@ _LOAD_FIELDS = ("utilization_pct", "performance_state")
 _GPU_LINKS = "gpu-links"
 
 
+# Where each source gives a link or load value: the XML path below <gpu>, or the NVML function. A
+# report from another source (`nvidia-smi nvlink -s` alone) has no link values at all.
+_WHERE = {
+    nvidia_smi.SOURCE: {**nvidia_smi.PCIE_PATHS, **nvidia_smi.LOAD_PATHS},
+    nvml.SOURCE: {**nvml.PCIE_QUERIES, **nvml.LOAD_QUERIES},
+}
+
+
 def _where(r: GpuReport, name: str) -> str | None:
-    """Where the driver gave a value: the XML path below <gpu>, or the NVML function."""
-    if r.source == nvidia_smi.SOURCE:
-        return {**nvidia_smi.PCIE_PATHS, **nvidia_smi.LOAD_PATHS}.get(name)
-    return {**nvml.PCIE_QUERIES, **nvml.LOAD_QUERIES}.get(name)
+    return _WHERE.get(r.source, {}).get(name)
 
 
 def _driver_key(r: GpuReport, g: GpuHealth, name: str) -> str:
@@ -550,13 +555,17 @@ def _gen_note(r: GpuReport, g: GpuHealth, link: PcieLink, p: Params) -> tuple[St
 def _link_notes(r: GpuReport, g: GpuHealth, link: PcieLink, p: Params) -> list[tuple[Status, str]]:
     """What is worth saying about one link, each with its status; [] for a link at its maximum."""
     notes: list[tuple[Status, str]] = []
-    if link.width_current is not None and link.width_max is not None and link.width_current < link.width_max:
+    if link.width_current is None or link.width_max is None:
+        notes.append((Status.SKIPPED, "width not reported: not judged"))
+    elif link.width_current < link.width_max:
         notes.append(
             (
                 Status.WARN,
                 f"width x{link.width_current} below its max x{link.width_max} (slot, riser or bifurcation)",
             )
         )
+    if link.gen_current is None or _gen_top(link) is None:
+        notes.append((Status.SKIPPED, "generation not reported: not judged"))
     gen = _gen_note(r, g, link, p)
     if gen is not None:
         notes.append(gen)
@@ -580,8 +589,8 @@ def _combined(statuses: list[Status]) -> Status:
     return Status.SKIPPED if Status.SKIPPED in statuses else Status.OK
 
 
-def _num(value: int | None, prefix: str = "") -> str:
-    return "?" if value is None else f"{prefix}{value}"
+def _num(value: int | None) -> str:
+    return "?" if value is None else str(value)
 
 
 def _link_finding(r: GpuReport, g: GpuHealth, link: PcieLink, notes: list[tuple[Status, str]]) -> Finding:
@@ -626,7 +635,7 @@ def _driver_missing(f: Facts, r: GpuReport) -> list[Finding]:
     missing = [a for a in f.gpus if a not in by_sysfs]
     if not missing:
         return []
-    why = r.error or r.reason or r.failure or "no GPU listed"
+    why = r.error or r.reason or r.failure or ("no link values" if r.gpus else "no GPU listed")
     ev = {f"{PCI_DIR}/{a}/max_link_speed": "absent" for a in missing[:8]} | r.status_evidence()
     return [
         Finding(
@@ -644,7 +653,7 @@ def _driver_links(f: Facts, p: Params) -> list[Finding]:
     r = f.gpu_report
     if r is None:
         return []
-    if not r.gpus:
+    if not r.gpus or r.source not in _WHERE:
         return _driver_missing(f, r)
     out: list[Finding] = []
     at_max: list[GpuHealth] = []

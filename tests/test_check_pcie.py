@@ -617,3 +617,16 @@ def test_sysfs_links_need_no_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     facts = pcie.collect(host)
     assert facts.gpu_report is None
     assert "pynvml" not in sys.modules
+
+
+def test_a_link_is_at_its_max_only_when_both_halves_are_known(tmp_path: Path) -> None:
+    # The 2080 Ti pair with <max_link_gen> N/A: the width (16x of 16x) is fine, the generation unjudged.
+    xml = _recorded("smix-pai-2x-rtx2080ti").replace(
+        "<max_link_gen>3</max_link_gen>", "<max_link_gen>N/A</max_link_gen>"
+    )
+    findings = pcie.CHECK.run(_smi_host(tmp_path, xml), DEFAULT)
+    assert [(s, subject) for s, subject, _ in _gpu_links(findings)] == [
+        (Status.SKIPPED, "0000:02:00.0"),
+        (Status.SKIPPED, "0000:03:00.0"),
+    ]
+    assert _by_subject(findings)["0000:02:00.0"].summary.endswith("generation not reported: not judged")

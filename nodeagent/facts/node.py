@@ -42,7 +42,7 @@ def collect(host: Host, commands: bool = True) -> dict[str, Any]:
             "ignored_numa_nodes": t.ignored_numa_nodes,
         },
         "pci": [asdict(d) for d in pci.collect(host)],
-        # The driver's GPUs (nvidia-smi -q -x, NVML) where sysfs shows none: what the gpu check judges.
+        # Where sysfs shows no GPU, those of `nvidia-smi -q -x` (addressed): what the gpu check judges.
         "gpus": [asdict(g) for g in (gpus.inventory(host) if commands else gpus.collect(host))],
         "nvidia_smi_topo": None
         if matrix is None

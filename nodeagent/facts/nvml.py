@@ -87,8 +87,9 @@ LOAD_QUERIES = {
     "performance_state": "nvmlDeviceGetPerformanceState",
 }
 PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
-# A MIG device's name ends with its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb" (`nvidia-smi -L`).
-_MIG_PROFILE = re.compile(r"\bMIG\s+(\d+g\.\d+gb(?:\+\w+)*)\s*$", re.IGNORECASE)
+# A MIG device's name ends with its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "... MIG 1c.3g.20gb"
+# for a compute instance smaller than its GPU instance (as `nvidia-smi -L` lists MIG devices).
+_MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
 
 # NVLink data-link error counters (nvmlNvLinkErrorCounter_t), by the pynvml constant's name.
 LINK_COUNTERS = (
