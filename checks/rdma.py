@@ -356,22 +356,35 @@ def _healthy(port: RdmaPort, ev: dict[str, str]) -> Finding:
     )
 
 
+def _rail_groups(ports: list[RdmaPort]) -> dict[str, list[RdmaPort]]:
+    """Active ports that should run at one rate: the same link layer and HCA model. A GPU node's
+    compute rails (8 ConnectX-7 at 400) and its storage or front-end ports (ConnectX-6 Dx at 100, a
+    BlueField) are different networks by design; ports whose model is unknown are grouped by link
+    layer alone."""
+    groups: dict[str, list[RdmaPort]] = {}
+    for p in ports:
+        if p.state == "ACTIVE" and p.rate_gbps is not None:
+            layer = p.link_layer or "unknown"
+            key = f"{layer} ports of {p.hca_type}" if p.hca_type else f"{layer} ports"
+            groups.setdefault(key, []).append(p)
+    return groups
+
+
 def _mixed_rates(ports: list[RdmaPort], params: Params) -> list[Finding]:
     out: list[Finding] = []
-    active = [p for p in ports if p.state == "ACTIVE" and p.rate_gbps is not None]
-    for layer in sorted({p.link_layer or "unknown" for p in active}):
-        same = [p for p in active if (p.link_layer or "unknown") == layer]
-        rates = {p.rate_gbps for p in same}
-        if len(rates) < 2:
+    for label, same in sorted(_rail_groups(ports).items()):
+        if len({p.rate_gbps for p in same}) < 2:
             continue
         listing = ", ".join(f"{p.device}/{p.port} {p.rate_gbps:g}" for p in same)
+        evidence = {f"{_base(p)}/rate": str(p.rate) for p in same}
+        evidence |= {f"{IB_DIR}/{p.device}/hca_type": p.hca_type for p in same if p.hca_type}
         out.append(
             Finding(
                 ID,
                 Status.OK if params.allow_mixed_rates else Status.WARN,
-                f"{layer} ports run at different rates ({listing} Gb/s): collectives run at the slowest",
-                {f"{_base(p)}/rate": str(p.rate) for p in same},
-                expected="one rate across the node's ports",
+                f"{label} run at different rates ({listing} Gb/s): collectives run at the slowest",
+                evidence,
+                expected="one rate across ports of the same model and link layer",
                 remediation="Find the slow port (cable, transceiver, switch port configuration), "
                 "or exclude it from NCCL with NCCL_IB_HCA.",
                 subject="rates",

@@ -5,7 +5,9 @@ The kernel's formats (drivers/infiniband/core/sysfs.c, Documentation/ABI/stable/
 - ports/N/phys_state: "5: LinkUp" (1 Sleep, 2 Polling, 3 Disabled, 4 PortConfigurationTraining,
   5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test);
 - ports/N/rate: "200 Gb/sec (4X HDR)": the total rate, then the active width and speed name;
-- ports/N/link_layer: "InfiniBand" or "Ethernet".
+- ports/N/link_layer: "InfiniBand" or "Ethernet";
+- hca_type: the model, "MT4129" for mlx5 (hca_type_show prints "MT%d" of the PCI device id), which
+  ibstat prints as "CA type: MT4129" and ibv_devinfo as "vendor_part_id: 4129".
 
 Only what the output shows is written. `ibstat` prints the rate without the width, so its rate file
 holds "200 Gb/sec" alone; `ibv_devinfo` without -v prints neither rate nor physical state.
@@ -61,6 +63,7 @@ class Port:
     width: str | None = None
     speed_name: str | None = None
     link_layer: str | None = None
+    hca_type: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,15 +85,20 @@ def parse(text: str, kind: str) -> list[Port]:
 def _parse_ibstat(text: str) -> list[Port]:
     ports: list[Port] = []
     device = None
+    hca_type = None
     current: Port | None = None
     for line in text.splitlines():
         ca = re.match(r"^CA '([^']+)'", line)
         if ca:
-            device, current = ca.group(1), None
+            device, current, hca_type = ca.group(1), None, None
+            continue
+        ca_type = re.match(r"^\s+CA type:\s*(MT\d+)\s*$", line)
+        if ca_type:
+            hca_type = ca_type.group(1)
             continue
         port = re.match(r"^\s+Port (\d+):\s*$", line)
         if port and device:
-            current = Port(device, int(port.group(1)))
+            current = Port(device, int(port.group(1)), hca_type=hca_type)
             ports.append(current)
             continue
         kv = re.match(r"^\s+([A-Za-z ]+):\s*(.*?)\s*$", line)
@@ -111,6 +119,7 @@ def _parse_ibstat(text: str) -> list[Port]:
 def _parse_ibv_devinfo(text: str) -> list[Port]:
     ports: list[Port] = []
     device = None
+    hca_type = None
     current: Port | None = None
     for line in text.splitlines():
         kv = re.match(r"^\s*([a-z_]+):\s*(.*?)\s*$", line)
@@ -118,9 +127,11 @@ def _parse_ibv_devinfo(text: str) -> list[Port]:
             continue
         key, value = kv.groups()
         if key == "hca_id":
-            device, current = value, None
+            device, current, hca_type = value, None, None
+        elif key == "vendor_part_id" and value.isdigit():
+            hca_type = f"MT{value}"
         elif key == "port" and device:
-            current = Port(device, int(value))
+            current = Port(device, int(value), hca_type=hca_type)
             ports.append(current)
         elif current is None:
             continue
@@ -155,8 +166,11 @@ def _rate_text(p: Port) -> str | None:
 
 def write(ports: list[Port], dest: Path) -> None:
     for p in ports:
-        base = dest / "sys" / "class" / "infiniband" / p.device / "ports" / str(p.port)
+        device = dest / "sys" / "class" / "infiniband" / p.device
+        base = device / "ports" / str(p.port)
         base.mkdir(parents=True, exist_ok=True)
+        if p.hca_type is not None:
+            (device / "hca_type").write_text(p.hca_type + "\n")
         if p.state is not None:
             (base / "state").write_text(f"{PORT_STATES.get(p.state, 0)}: {p.state}\n")
         if p.phys_state is not None:

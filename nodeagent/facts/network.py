@@ -31,6 +31,7 @@ PATHS = (
     f"{IB_DIR}/*/device/net/*",
     f"{IB_DIR}/*/device/numa_node",
     f"{IB_DIR}/*/fw_ver",
+    f"{IB_DIR}/*/hca_type",
 )
 _PCI_ADDRESS = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 
@@ -101,6 +102,9 @@ class RdmaPort:
     # The device folder, as for Nic.device_dir: the `device` link, the class link's parent,
     # VIRTUAL_DIR (rxe, siw), or None when the recording does not say.
     device_dir: str | None = None
+    # The HCA model as the driver names it (/sys/class/infiniband/<dev>/hca_type: "MT4129" for a
+    # ConnectX-7 on mlx5); None where the driver has no such file or it was not recorded.
+    hca_type: str | None = None
 
     @property
     def lanes(self) -> int | None:
@@ -291,6 +295,7 @@ def _port(
         width=rate.width if rate else None,
         speed_name=rate.speed_name if rate else None,
         device_dir=device,
+        hca_type=r.value(f"{IB_DIR}/{dev}/hca_type") or None,
     )
 
 
