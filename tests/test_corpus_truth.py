@@ -18,7 +18,7 @@ import pytest
 
 from nodeagent import checks, engine, parse
 from nodeagent.engine import Report
-from nodeagent.facts import gpus, network, node, nvml, system, topology
+from nodeagent.facts import gpus, network, node, nvml, ranks, system, topology
 from nodeagent.finding import Finding, Status
 from nodeagent.host import SnapshotHost
 from tests import corpus
@@ -129,6 +129,20 @@ def _topo(expect: dict[str, Any], host: SnapshotHost) -> None:
     for row, cells in (expect.get("links") or {}).items():
         for column, cell in cells.items():
             assert matrix.link(row, column) == cell, f"{row}-{column}"
+    _pinning(expect, host)
+
+
+def _pinning(expect: dict[str, Any], host: SnapshotHost) -> None:
+    """One rank per GPU, pinned to exactly the CPUs the driver lists for it; none where it lists none
+    (pinning never invents CPUs)."""
+    affinity = expect.get("affinity") or {}
+    if not affinity or any("cpus" not in cells for cells in affinity.values()):
+        return
+    slots = ranks.layout(host).slots
+    assert [s.gpu for s in slots] == list(affinity), "one rank per GPU"
+    for slot in slots:
+        cpus = affinity[slot.gpu]["cpus"]
+        assert sorted(slot.cpus) == ([] if cpus is None else parse.cpulist(str(cpus))), f"{slot.gpu} pinning"
 
 
 def _nvlink(expect: dict[str, Any], host: SnapshotHost) -> None:
