@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodeagent.facts import nvml
-from nodeagent.facts.gpus import SMI_COMMAND
+from nodeagent.facts.gpus import SMI_COMMAND, SMI_SOURCE
 from nodeagent.facts.nvml import GpuHealth, GpuReport, NvLink
 from nodeagent.host import CmdResult, Host
 
@@ -40,7 +40,7 @@ COMMAND = SMI_COMMAND  # ("nvidia-smi", "-q", "-x"), declared in facts.gpus (whi
 NVLINK_STATUS = ("nvidia-smi", "nvlink", "-s")
 NVLINK_ERRORS = ("nvidia-smi", "nvlink", "-e")
 COMMANDS = (COMMAND, NVLINK_STATUS, NVLINK_ERRORS)
-SOURCE = "nvidia-smi -q -x"
+SOURCE = SMI_SOURCE
 NVLINK_SOURCE = "nvidia-smi nvlink -s"
 
 # Words nvidia-smi prints instead of a value the GPU or driver does not provide.
@@ -294,9 +294,10 @@ class LinkBlock:
     index: int
     uuid: str | None
     links: Mapping[int, str]  # link -> the text after "Link n:"
+    name: str | None = None  # "NVIDIA H100 PCIe"
 
 
-_GPU_HEADER = re.compile(r"^GPU\s+(\d+):.*?(?:\(UUID:\s*(\S+?)\))?\s*$")
+_GPU_HEADER = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:\s*(\S+?)\))?\s*$")
 _LINK_LINE = re.compile(r"^\s*Link\s+(\d+):\s*(.*?)\s*$")
 
 
@@ -308,7 +309,8 @@ def parse_nvlink_blocks(text: str) -> list[LinkBlock]:
         header = _GPU_HEADER.match(line.strip())
         if header:
             current = {}
-            blocks.append(LinkBlock(int(header.group(1)), header.group(2), current))
+            name = header.group(2) or None
+            blocks.append(LinkBlock(int(header.group(1)), header.group(3), current, name))
             continue
         m = _LINK_LINE.match(line)
         if m and current is not None:
@@ -400,13 +402,8 @@ def _gpus_from_nvlink(host: Host) -> tuple[GpuHealth, ...]:
     status = host.run(NVLINK_STATUS, timeout=15)
     if not status.ok:
         return ()
-    names = {
-        int(m.group(1)): m.group(2).strip()
-        for line in status.stdout.splitlines()
-        if (m := re.match(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:.*)?$", line.strip()))
-    }
     blocks = parse_nvlink_blocks(status.stdout)
-    gpus = tuple(GpuHealth(index=b.index, name=names.get(b.index) or None, uuid=b.uuid) for b in blocks)
+    gpus = tuple(GpuHealth(index=b.index, name=b.name, uuid=b.uuid) for b in blocks)
     errors = host.run(NVLINK_ERRORS, timeout=15)
     return with_nvlinks(gpus, status.stdout, errors.stdout if errors.ok else None)
 
