@@ -94,10 +94,11 @@ def _smi_log(expect: dict[str, Any], host: SnapshotHost) -> None:
         _equal(gpu, "ecc_current", got.ecc_enabled)
         _equal(gpu, "persistence", got.persistence_mode)
         _equal(gpu, "volatile_uncorrectable", got.volatile_uncorrectable)
-        for key in ("mig_current", "mig_pending", "pcie_gen_max", "pcie_gen_current"):
-            _equal(gpu, key, getattr(got, key))
-        _equal(gpu, "pcie_width_max", got.pcie_width_max)
-        _equal(gpu, "pcie_width_current", got.pcie_width_current)
+        _equal(gpu, "mig_current", got.mig_current)
+        _equal(gpu, "mig_pending", got.mig_pending)
+        pcie = got.pcie or nvml.PcieLink()
+        for key in ("gen_max", "gen_current", "width_max", "width_current"):
+            _equal(gpu, f"pcie_{key}", getattr(pcie, key))
         if "mig_instances" in gpu:
             assert len(got.mig_instances) == gpu["mig_instances"], "MIG instances"
     # facts and checks agree: `facts` lists the GPUs that -q -x shows when sysfs has none

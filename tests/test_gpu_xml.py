@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.checks import gpu, topology
-from nodeagent.facts import gpus, node, nvidia_smi, pci_topology
+from nodeagent.facts import gpus, node, nvidia_smi, nvml, pci_topology
 from nodeagent.finding import Status
 from nodeagent.host import SnapshotHost
 from tests import corpus
@@ -99,7 +99,8 @@ def test_link_and_load_values(
     name: str, index: int, link: tuple[int | None, ...], load: tuple[float | None, int | None]
 ) -> None:
     g = nvidia_smi.parse_xml(recorded(name)).gpus[index]
-    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_width_current, g.pcie_width_max) == link
+    pcie = g.pcie or nvml.PcieLink()
+    assert (pcie.gen_current, pcie.gen_max, pcie.width_current, pcie.width_max) == link
     assert (g.utilization_pct, g.performance_state) == load
     assert g.unparsable == {}
 
@@ -126,7 +127,7 @@ def test_unparsable_link_values_are_recorded_not_guessed() -> None:
     )
     log = nvidia_smi.parse_xml(xml)
     (g,) = log.gpus
-    assert g.pcie_width_current is None
+    assert g.pcie is None or g.pcie.width_current is None
     assert g.unparsable == {
         "pci/pci_gpu_link_info/link_widths/current_link_width": "unparsable value 'eight'"
     }

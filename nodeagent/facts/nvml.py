@@ -211,22 +211,6 @@ class GpuHealth:
         return self.pci_address or f"GPU{self.index}"
 
     @property
-    def pcie_gen_current(self) -> int | None:
-        return self.pcie.gen_current if self.pcie else None
-
-    @property
-    def pcie_gen_max(self) -> int | None:
-        return self.pcie.gen_max if self.pcie else None
-
-    @property
-    def pcie_width_current(self) -> int | None:
-        return self.pcie.width_current if self.pcie else None
-
-    @property
-    def pcie_width_max(self) -> int | None:
-        return self.pcie.width_max if self.pcie else None
-
-    @property
     def power_cap_w(self) -> float | None:
         known = [w for w in (self.power_limit_w, self.enforced_power_limit_w) if w is not None]
         return min(known) if known else None
