@@ -296,13 +296,13 @@ def test_relative_includes_later_ones_win(tmp_path: Path) -> None:
         tmp_path,
         {
             "top.yml": "include: [sub/first.yml, sub/second.yml]\n",
-            "sub/first.yml": "include: [../shared.yml]\nbudget_s: 3\nfail_on: warn\n",
-            "sub/second.yml": "include: [../shared.yml]\nbudget_s: 4\n",
-            "shared.yml": "description: shared\nchecks: {numa: {}}\n",  # twice, not a cycle
+            "sub/first.yml": "include: [../common.yml]\nbudget_s: 3\nfail_on: warn\n",
+            "sub/second.yml": "include: [../common.yml]\nbudget_s: 4\n",
+            "common.yml": "description: shared\nchecks: {numa: {}}\n",  # twice, not a cycle
         },
     )
     pb = load_playbook(str(tmp_path / "top.yml"))
-    assert pb.includes == ("../shared.yml", "sub/first.yml", "../shared.yml", "sub/second.yml")
+    assert pb.includes == ("../common.yml", "sub/first.yml", "../common.yml", "sub/second.yml")
     assert (pb.budget_s, pb.fail_on, pb.description, pb.checks) == (4.0, "warn", "shared", ("numa",))
 
 
