@@ -84,6 +84,14 @@ class Params:
         f"complex ({NCCL_ACS_DOC}). Set true on hosts that pass GPUs to VMs, where that isolation is "
         "the point (https://docs.kernel.org/driver-api/vfio.html).",
     )
+    min_gpu_width: int = param(
+        0,
+        "The lanes every GPU's link must run at (16 on a server GPU in its intended slot). In sysfs a "
+        "GPU below its own maximum width FAILs anyway; where only the driver reports the link (NVML, "
+        "`nvidia-smi -q -x`) a width below this FAILs, and without it (0) a width below the GPU's "
+        "maximum is a WARN, since the slot may be narrower by design. "
+        "A playbook's `expect: {gpu_min_pcie_width: 16}` sets it.",
+    )
     allow_iommu_translation: bool = param(
         False,
         "An IOMMU translating GPU DMA interferes with GPUDirect P2P and RDMA "
@@ -557,6 +565,8 @@ def _link_notes(r: GpuReport, g: GpuHealth, link: PcieLink, p: Params) -> list[t
     notes: list[tuple[Status, str]] = []
     if link.width_current is None or link.width_max is None:
         notes.append((Status.SKIPPED, "width not reported: not judged"))
+    elif link.width_current < p.min_gpu_width:
+        notes.append((Status.FAIL, f"width x{link.width_current} below the expected x{p.min_gpu_width}"))
     elif link.width_current < link.width_max:
         notes.append(
             (
@@ -599,14 +609,14 @@ def _link_finding(r: GpuReport, g: GpuHealth, link: PcieLink, notes: list[tuple[
     shape = (
         f"x{_num(link.width_current)} Gen{_num(link.gen_current)}, max x{_num(link.width_max)} Gen{_num(top)}"
     )
-    narrow = any(s is Status.WARN and t.startswith("width") for s, t in notes)
+    narrow = any(s in (Status.WARN, Status.FAIL) and t.startswith("width") for s, t in notes)
     return Finding(
         ID,
         status,
         f"{g.label} PCIe link {shape} ({r.source}): " + "; ".join(t for _, t in notes),
         _driver_evidence(r, g),
         expected=f"x{_num(link.width_max)}, and Gen{_num(top)} while busy",
-        remediation=_link_remediation(g, narrow) if status is Status.WARN else "",
+        remediation=_link_remediation(g, narrow) if status in (Status.WARN, Status.FAIL) else "",
         subject=g.subject,
     )
 

@@ -5,6 +5,14 @@ and the check findings, flattened into keys) as JSON; `load` reads it back; `com
 turns every difference into a WARN finding of check "baseline" (subject: the key, evidence: the
 value now, expected: the baseline's), or one OK finding when nothing differs.
 
+Hardware lost is reported at the level the playbook gives it (`lost_hardware`, WARN by default):
+- a GPU (by PCI address), an HCA or an interface gone or new is one finding about the device
+  ("HCA mlx5_1 gone"), which stands for every key of that device, every key naming it and the
+  hardware counts, rather than the dozens of keys a missing card takes with it;
+- a link whose lanes or rate dropped (a width or rate key lower than in the baseline), also when
+  the check names the link under another subject now (a narrow link gets a finding of its own,
+  where the baseline had it among the links at full width).
+
 The expected value of a key:
 - a baseline of one host: that host's value;
 - a fleet baseline: the value a strict majority of its hosts share, as the fleet comparison decides
@@ -287,25 +295,35 @@ def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
 # --- Comparing -------------------------------------------------------------------------------------
 
 
-def compare(baseline: Baseline, values: Mapping[str, Value], host: str) -> list[Finding]:
-    """What differs between `values` (fleet.host_values of one host) and the baseline: one WARN
-    per key that differs, is missing or is new; one OK finding when nothing does."""
+def compare(
+    baseline: Baseline, values: Mapping[str, Value], host: str, devices: Status = Status.WARN
+) -> list[Finding]:
+    """What differs between `values` (fleet.host_values of one host) and the baseline: one finding
+    per device gone or new (at `devices`, see `_device_changes`), one WARN per other key that
+    differs, is missing or is new; one OK finding when nothing does."""
     ref = baseline.reference
     now = comparable(values)
     both = ref.checks & _checks_in(now)
-    findings: list[Finding] = []
+    changes = _device_changes({k: e.value for k, e in ref.expected.items()}, now)
+    findings = [_device_finding(c, devices, baseline, host) for c in changes]
+    moved = _moved_links(ref.expected, now)
+    for then, key in moved.items():
+        if not _equal(key, ref.expected[then], now.get(key)):
+            findings.append(_changed(key, now, ref.expected[then], devices, baseline, host))
     compared = 0
     for key in sorted(set(ref.expected) | set(now)):
         check = _CHECK_KEY.match(key)
         if (check is not None and check.group(1) not in both) or key in ref.unsettled:
             continue
         compared += 1
+        if any(c.explains(key) for c in changes) or key in moved or key in moved.values():
+            continue
         expected = ref.expected.get(key)
         if expected is None:
             if now[key] is not None:  # a null value is an absent one, as in the fleet view
                 findings.append(_new(key, now[key], baseline, host))
         elif not _equal(key, expected, now.get(key)):
-            findings.append(_differs(key, now, expected, baseline, host))
+            findings.append(_changed(key, now, expected, devices, baseline, host))
     if findings:
         return findings
     skipped = (
@@ -324,6 +342,91 @@ def compare(baseline: Baseline, values: Mapping[str, Value], host: str) -> list[
             host=host,
         )
     ]
+
+
+# --- Devices gone or new ---------------------------------------------------------------------------
+
+# The device lists of the facts document, how host_values labels their entries, and what an
+# operator calls one: GPUs by PCI address (their labels are driver indices, which shift when one
+# is lost), RDMA ports by their HCA, interfaces by name.
+_DEVICE_SECTIONS = {"gpus": "GPU", "rdma": "HCA", "nics": "interface"}
+_DEVICE_KEY = re.compile(r"^(gpus|rdma|nics)\[([^\]]*)\]\.(.+)$")
+
+
+@dataclass(frozen=True)
+class DeviceChange:
+    kind: str  # "GPU", "HCA", "interface"
+    name: str  # 0000:82:00.0, mlx5_1, ib1
+    gone: bool  # False: new since the baseline
+    detail: str  # the model, where the facts name it
+    section: str
+
+    def explains(self, key: str) -> bool:
+        """Whether a differing key is part of this change: the device's own keys (for GPUs every
+        GPU key, whose index labels shift), keys naming the device, and the hardware counts."""
+        if key.startswith("hardware."):
+            return True
+        m = _DEVICE_KEY.match(key)
+        if m is not None and m.group(1) == self.section:
+            return self.section == "gpus" or _device_name(m.group(1), m.group(2)) == self.name
+        return re.search(rf"(?<![\w.:-]){re.escape(self.name)}(?![\w.:-])", key) is not None
+
+
+def _device_name(section: str, label: str) -> str:
+    return label.split("/", 1)[0] if section == "rdma" else label
+
+
+def _devices(values: Mapping[str, Value]) -> dict[tuple[str, str], str]:
+    """(section, device name) -> detail, for every device in `values`."""
+    out: dict[tuple[str, str], str] = {}
+    labels: dict[tuple[str, str], dict[str, Value]] = {}
+    for key, value in values.items():
+        m = _DEVICE_KEY.match(key)
+        if m is not None:
+            labels.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = value
+    for (section, label), fields in labels.items():
+        if section == "gpus":
+            name = str(fields.get("pci_address") or label)
+            out[(section, name)] = str(fields.get("product_name") or fields.get("vendor") or "")
+        else:
+            out.setdefault((section, _device_name(section, label)), str(fields.get("hca_type") or ""))
+    return out
+
+
+def _device_changes(then: Mapping[str, Value], now: Mapping[str, Value]) -> list[DeviceChange]:
+    before, after = _devices(then), _devices(now)
+    return [
+        DeviceChange(_DEVICE_SECTIONS[section], name, gone, detail, section)
+        for gone, (a, b) in ((True, (before, after)), (False, (after, before)))
+        for (section, name), detail in sorted(a.items())
+        if (section, name) not in b
+    ]
+
+
+def _device_finding(c: DeviceChange, status: Status, baseline: Baseline, host: str) -> Finding:
+    what = f"{c.kind} {c.name}" + (f" ({c.detail})" if c.detail else "")
+    if c.gone:
+        summary = f"{what} gone: in the baseline, not on this node"
+        remediation = (
+            f"A {c.kind} that vanished fell off the bus, lost its driver or failed: check "
+            "`dmesg` for the device (Xid 79, link down, firmware errors), reseat or replace it; "
+            "if it was removed on purpose, record the baseline again with `nodeagent baseline save`."
+        )
+    else:
+        summary = f"{what} new since the baseline"
+        remediation = (
+            "If the device was added on purpose, record the baseline again (`nodeagent baseline save`)."
+        )
+    return Finding(
+        CHECK_ID,
+        status,
+        summary,
+        {f"{c.section}[{c.name}]": "(absent)" if c.gone else "present"},
+        expected=f"{'present' if c.gone else 'absent'}, as in {baseline.path.name}",
+        remediation=remediation,
+        subject=f"{c.kind} {c.name}",
+        host=host,
+    )
 
 
 def _equal(key: str, expected: Expected, now: Value) -> bool:
@@ -347,8 +450,65 @@ _REMEDIATION = (
 )
 
 
+# A link's lanes or rate: lower than in the baseline is hardware lost (a lane, a cable), judged at the
+# playbook's device level. sysfs widths and rates are numbers; the driver's are text like "8x".
+_LINK_KEY = re.compile(r"(^|[._/\]])(width|current_link_width|rate_gbps|speed_gts)$")
+_LEADING_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)")
+
+
+# Where a link's evidence comes from, after the finding's subject: the subject of a link changes
+# with its verdict (a check groups links at full width in one finding and names a narrow one on its
+# own), so the same link's width can move from one key to another.
+_LINK_SOURCE = re.compile(r"^check\.([^.]+)\..*?\.((?:/sys/|nvidia-smi |NVML).*)$")
+
+
+def _moved_links(expected: Mapping[str, Expected], now: Mapping[str, Value]) -> dict[str, str]:
+    """Baseline key -> key now, for link keys that name the same link under another subject."""
+    gone = {_link_source(k): k for k in expected if k not in now and _LINK_KEY.search(k)}
+    out: dict[str, str] = {}
+    for key in now:
+        if key in expected or not _LINK_KEY.search(key):
+            continue
+        source = _link_source(key)
+        if source is not None and source in gone:
+            out[gone.pop(source)] = key
+    return out
+
+
+def _link_source(key: str) -> tuple[str, str] | None:
+    m = _LINK_SOURCE.match(key)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _changed(
+    key: str, now: Mapping[str, Value], expected: Expected, devices: Status, baseline: Baseline, host: str
+) -> Finding:
+    """A value that differs: at the device level when it is a link that lost lanes or rate."""
+    status = devices if _link_dropped(key, expected.value, now.get(key)) else Status.WARN
+    return _differs(key, now, expected, baseline, host, status)
+
+
+def _link_dropped(key: str, then: Value, now: Value) -> bool:
+    if _LINK_KEY.search(key) is None:
+        return False
+    a, b = _link_number(then), _link_number(now)
+    return a is not None and b is not None and b < a
+
+
+def _link_number(value: Value) -> float | None:
+    if _is_number(value):
+        return float(value)
+    m = _LEADING_NUMBER.match(value) if isinstance(value, str) else None
+    return float(m.group(1)) if m else None
+
+
 def _differs(
-    key: str, now: Mapping[str, Value], expected: Expected, baseline: Baseline, host: str
+    key: str,
+    now: Mapping[str, Value],
+    expected: Expected,
+    baseline: Baseline,
+    host: str,
+    status: Status = Status.WARN,
 ) -> Finding:
     value = now.get(key)
     if value is None:
@@ -359,7 +519,7 @@ def _differs(
         summary = f"{key} is {_show(value)}; the baseline has {_show(expected.value)}"
     return Finding(
         CHECK_ID,
-        Status.WARN,
+        status,
         summary,
         {key: _show(value)},
         expected=f"{expected.describe(key)}, as in {baseline.path.name}",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nodeagent import engine
-from nodeagent.finding import Finding, Status, worst
+from nodeagent.finding import Finding, Status
 
 if TYPE_CHECKING:
     from nodeagent.baseline import Baseline
@@ -61,6 +61,11 @@ def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
     return fleet.host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
 
 
+def lost_hardware(pb: Playbook | None) -> Status:
+    """The level of hardware lost against the baseline or the fleet: the playbook's, else WARN."""
+    return Status.FAIL if pb is not None and pb.lost_hardware == "fail" else Status.WARN
+
+
 def extra_results(
     values: Mapping[str, Any], pb: Playbook | None, baseline: Baseline | None, host_name: str
 ) -> list[engine.CheckResult]:
@@ -76,7 +81,7 @@ def extra_results(
         from nodeagent import baseline as baselines
 
         start = time.perf_counter()
-        found = baselines.compare(baseline, values, host_name)
+        found = baselines.compare(baseline, values, host_name, lost_hardware(pb))
         out.append(_extra("baseline", "differences from the baseline", found, start))
     return out
 
@@ -124,8 +129,12 @@ def verdict(report: engine.Report, fail_on: str) -> Verdict:
         )
     cut = [r.check_id for r in report.results if r.timed_out]
     first = sorted(bad, key=lambda f: -f.status.rank)[0]
-    level = worst(f.status for f in bad).value
-    reason = f"{len(bad)} finding(s) at {level}, first: {first.check_id}: {first.summary}"
+    counts = ", ".join(
+        f"{n} {s.value}"
+        for s in sorted(set(refusing), key=lambda s: -s.rank)
+        if (n := sum(f.status is s for f in bad))
+    )
+    reason = f"{counts}; first: {first.check_id}: {first.summary}"
     if cut:
         reason += f"; cut at the time limit: {', '.join(cut)}"
     return Verdict(False, fail_on, reason)

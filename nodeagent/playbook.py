@@ -63,6 +63,8 @@ class Playbook:
     budget_s: float | None  # time budget of preflight
     fail_on: str  # "warn" | "fail": the status at which preflight refuses the node
     includes: tuple[str, ...]  # the included playbooks, in the order they were merged
+    # The level of hardware lost against the baseline or the fleet majority: "warn" | "fail".
+    lost_hardware: str = "warn"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved playbook in the file's own format, after its name, source and includes."""
@@ -73,6 +75,7 @@ class Playbook:
             "description": self.description,
             "budget_s": self.budget_s,
             "fail_on": self.fail_on,
+            "lost_hardware": self.lost_hardware,
             "checks": _entries(self.checks, self.check_params),
             "thresholds": [t.to_dict() for t in self.thresholds],
             "tuners": _entries(self.tuners, self.tuner_params),
@@ -175,6 +178,9 @@ class _Merged:
     tuners: dict[str, dict[str, Any]] = field(default_factory=dict)
     bench: dict[str, Any] = field(default_factory=dict)
     includes: list[str] = field(default_factory=list)
+    expect_params: dict[str, dict[str, Any]] = field(default_factory=dict)  # from `expect:`
+    expect_at: dict[str, tuple[Document, Loc]] = field(default_factory=dict)  # check id -> where
+    lost_hardware: str | None = None
 
 
 def _merge(base: _Merged, over: _Merged) -> _Merged:
@@ -210,6 +216,12 @@ def _merge(base: _Merged, over: _Merged) -> _Merged:
         tuners=tuners,
         bench={**base.bench, **over.bench},
         includes=[*base.includes, *over.includes],
+        expect_params={
+            cid: {**base.expect_params.get(cid, {}), **over.expect_params.get(cid, {})}
+            for cid in {*base.expect_params, *over.expect_params}
+        },
+        lost_hardware=over.lost_hardware or base.lost_hardware,
+        expect_at={**base.expect_at, **over.expect_at},
     )
 
 
@@ -306,8 +318,23 @@ class _Resolver:
             _Placed(schema.threshold(doc, ("thresholds", i), t, ids), doc, ("thresholds", i))
             for i, t in enumerate(spec.thresholds)
         ]
+        expected, expect_params = schema.expectations(spec.expect) if spec.expect else ([], {})
+        thresholds += [_Placed(t, doc, ("expect", name)) for name, t in expected]
         bench = spec.bench.model_dump(exclude_none=True) if spec.bench is not None else {}
-        return _Merged(spec.description, spec.budget_s, spec.fail_on, checks, thresholds, tuners, bench)
+        return _Merged(
+            spec.description,
+            spec.budget_s,
+            spec.fail_on,
+            checks,
+            thresholds,
+            tuners,
+            bench,
+            expect_params=expect_params,
+            lost_hardware=spec.lost_hardware,
+            expect_at={
+                cid: (doc, ("expect", field)) for cid, field in _EXPECT_FIELDS.items() if cid in expect_params
+            },
+        )
 
     @staticmethod
     def known(doc: Document, loc: Loc, ident: str, known: list[str], what: str, lister: str) -> None:
@@ -327,6 +354,12 @@ class _Resolver:
                     f"reads check {cid!r}, which this playbook does not run; add {cid} under checks: "
                     "or drop this threshold",
                 )
+        for cid, (doc, loc) in merged.expect_at.items():
+            if chosen is not None and cid not in chosen:
+                doc.fail(
+                    loc,
+                    f"is judged by check {cid!r}, which this playbook does not run; add {cid} under checks:",
+                )
         tuner_order = self.tuner_ids() if merged.tuners else []
         tuners = tuple(t for t in tuner_order if t in merged.tuners)
         name = where.label if where.path is None else where.path.stem
@@ -335,7 +368,7 @@ class _Resolver:
             source=str(where.shipped) if where.path is None else str(where.path),
             description=merged.description or "",
             checks=checks,
-            check_params={c: dict((chosen or {})[c]) for c in checks},
+            check_params=_with_expected(checks, chosen, merged.expect_params),
             thresholds=tuple(p.threshold for p in merged.thresholds),
             tuners=tuners,
             tuner_params={t: dict(merged.tuners[t]) for t in tuners},
@@ -343,7 +376,23 @@ class _Resolver:
             budget_s=merged.budget_s,
             fail_on=merged.fail_on or "fail",
             includes=tuple(merged.includes),
+            lost_hardware=merged.lost_hardware or "warn",
         )
+
+
+# The `expect:` fields that set a check's parameter, by check.
+_EXPECT_FIELDS = {"nvlink": "nvlinks_per_gpu", "pcie": "gpu_min_pcie_width"}
+
+
+def _with_expected(
+    checks: tuple[str, ...],
+    chosen: Mapping[str, Mapping[str, Any]] | None,
+    expected: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Each check's parameters, those `expect:` sets on top; with no checks chosen (all run) the
+    expected ones alone."""
+    ids = checks if chosen is not None else tuple(expected)
+    return {c: {**dict((chosen or {}).get(c, {})), **expected.get(c, {})} for c in ids}
 
 
 def _check_of(key: str) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nodeagent import hardware
 from nodeagent.errors import UsageError
 from nodeagent.thresholds import Threshold
 from nodeagent.yamldoc import Document, Loc, did_you_mean, show_value
@@ -43,6 +44,7 @@ class ThresholdSpec(_Strict):
     equals: Any = None
     one_of: list[Any] | None = Field(default=None, min_length=1)
     severity: Literal["warn", "fail"] = "fail"
+    missing: Literal["fail", "warn", "skip"] | None = None
     why: str = ""
 
     @field_validator("equals")
@@ -104,6 +106,19 @@ class BenchSpec(_Strict):
     processes: int | None = Field(default=None, ge=1)
 
 
+class ExpectSpec(_Strict):
+    """The hardware a node must have (nodeagent.hardware's counts, and check parameters)."""
+
+    gpus: int | None = Field(default=None, ge=0)
+    gpu_models: dict[str, int] | None = None
+    rdma_hcas: int | None = Field(default=None, ge=0)
+    rdma_ports_active: int | None = Field(default=None, ge=0)
+    rdma_min_rate_gbps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    nvlinks_per_gpu: int | None = Field(default=None, ge=1)
+    gpu_min_pcie_width: Literal[1, 2, 4, 8, 16, 32] | None = None
+    memory_gib: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
 class PlaybookFile(_Strict):
     description: str | None = None
     include: list[str] = Field(default_factory=list)
@@ -112,6 +127,8 @@ class PlaybookFile(_Strict):
     checks: dict[str, CheckEntry | None] = Field(default_factory=dict)
     skip_checks: list[str] = Field(default_factory=list)
     thresholds: list[ThresholdSpec] = Field(default_factory=list)
+    expect: ExpectSpec | None = None
+    lost_hardware: Literal["warn", "fail"] | None = None
     tuners: dict[str, TunerEntry | None] = Field(default_factory=dict)
     bench: BenchSpec | None = None
 
@@ -127,12 +144,23 @@ _EXPECT = {
     "thresholds": "must be a list of mappings with value: and min, max, equals or one_of",
     "tuners": "must be a mapping of tuner id: {params: {...}} ({} for the defaults)",
     "bench": "must be a mapping with quick:, repeats: and processes:",
+    "expect": "must be a mapping of hardware counts, e.g. expect: {gpus: 8, rdma_ports_active: 8}",
+    "lost_hardware": "must be warn or fail (the level of hardware lost against the baseline or the fleet)",
+    "gpus": "must be a whole number of GPUs (0 or more)",
+    "gpu_models": "must be a mapping of model name: number of GPUs, e.g. {NVIDIA H100 80GB HBM3: 8}",
+    "rdma_hcas": "must be a whole number of RDMA devices",
+    "rdma_ports_active": "must be a whole number of ACTIVE RDMA ports",
+    "rdma_min_rate_gbps": "must be a number of Gb/s greater than 0",
+    "nvlinks_per_gpu": "must be a whole number of active NVLinks per GPU (1 or more)",
+    "gpu_min_pcie_width": "must be a PCIe width: 1, 2, 4, 8, 16 or 32",
+    "memory_gib": "must be a number of GiB greater than 0",
     "params": "must be a mapping of parameter: value",
     "value": "must be a value key, e.g. hugepages.thp_enabled",
     "min": "must be a number",
     "max": "must be a number",
     "one_of": "must be a list of values, e.g. one_of: [madvise, always]",
     "severity": "must be warn or fail",
+    "missing": "must be fail, warn or skip (what a value the node does not have gives)",
     "why": "must be text",
     "quick": "must be true or false",
     "repeats": "must be a whole number of at least 1",
@@ -150,6 +178,8 @@ def _model_at(loc: Loc) -> type[BaseModel]:
         return CheckEntry if loc[0] == "checks" else TunerEntry
     if loc == ("bench",):
         return BenchSpec
+    if loc == ("expect",):
+        return ExpectSpec
     return PlaybookFile
 
 
@@ -190,6 +220,8 @@ FACT_SECTIONS = (
     "problems",
     "notes",
 )
+# Counts host_values derives from the facts (nodeagent.hardware): all numbers.
+HARDWARE_SECTION = "hardware"
 CHECK_SECTION = "check"
 
 Kind = Literal["number", "text", "boolean"]
@@ -262,8 +294,13 @@ def key_problem(key: str, checks: frozenset[str]) -> str | None:
             return None
         hint = did_you_mean(check_id, checks, "checks")
         return f"{key!r} names check {check_id!r}, which is not a check ({hint})"
+    if section == HARDWARE_SECTION:
+        name = key.removeprefix(f"{HARDWARE_SECTION}.").split("[", 1)[0]
+        if "*" in name or "?" in name or name in hardware.KEYS:
+            return None
+        return f"{key!r}: hardware has no count {name!r} ({did_you_mean(name, hardware.KEYS, 'counts')})"
     if section not in FACT_SECTIONS:
-        hint = did_you_mean(section, (*FACT_SECTIONS, CHECK_SECTION), "sections")
+        hint = did_you_mean(section, (*FACT_SECTIONS, HARDWARE_SECTION, CHECK_SECTION), "sections")
         return f"{key!r} starts with neither check. nor a facts section ({hint})"
     entry = _ENTRY_KEY.fullmatch(key)
     if entry is not None:
@@ -277,6 +314,8 @@ def key_problem(key: str, checks: frozenset[str]) -> str | None:
 def key_kind(key: str) -> Kind | None:
     """What host_values holds at a facts key: a number, text or a boolean; None when not known
     (check evidence, nested facts, wildcards)."""
+    if key.startswith(f"{HARDWARE_SECTION}."):
+        return "number"
     entry = _ENTRY_KEY.fullmatch(key)
     if entry is not None:
         return _fields(_entry_classes()[entry.group(1)]).get(entry.group(2))
@@ -307,6 +346,7 @@ def threshold(doc: Document, loc: Loc, spec: ThresholdSpec, checks: frozenset[st
         one_of=tuple(spec.one_of) if spec.one_of is not None else None,
         severity=spec.severity,
         why=spec.why,
+        missing=spec.missing,
     )
 
 
@@ -373,3 +413,48 @@ def _made(doc: Document, loc: Loc, owner: Any, overrides: Mapping[str, Any]) -> 
     except (UsageError, TypeError, ValueError) as e:
         text = str(e)
         doc.fail(loc, text.split(": ", 1)[-1] if text.startswith(("check ", "tuner ")) else text)
+
+
+# --- Expected hardware ------------------------------------------------------------------------------
+
+_LOST = (
+    "A node that lost hardware since it was racked (a GPU fallen off the bus, an HCA whose firmware "
+    "or cable failed) passes every check of what is left; only the expected inventory catches it "
+    "(NHC's check_hw_*: https://github.com/mej/nhc; DCGM's expected GPU count: "
+    "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html). "
+    "Drain the node and have the part reseated or replaced; `nodeagent facts` lists what it has."
+)
+_RATE = (
+    "Each GPU's rail must carry its share of all-reduce traffic; a port that trained to a lower rate "
+    "(a bad cable or transceiver) slows every job spanning the node "
+    "(ports/N/rate: https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband)."
+)
+_MEMORY = (
+    "MemTotal is the installed memory less what firmware and kernel reserve (proc(5)); a lost DIMM "
+    "takes a whole DIMM's share. Give the MemTotal of a healthy node of this kind."
+)
+
+
+def expectations(spec: ExpectSpec) -> tuple[list[tuple[str, Threshold]], dict[str, dict[str, Any]]]:
+    """What `expect:` means: thresholds on nodeagent.hardware's counts (each with the field it came
+    from, for error locations) and parameters of the checks that judge the rest."""
+    at_least: list[tuple[str, str, float | None, str]] = [
+        ("gpus", f"{hardware.SECTION}.gpus", spec.gpus, _LOST),
+        ("rdma_hcas", f"{hardware.SECTION}.rdma_hcas", spec.rdma_hcas, _LOST),
+        ("rdma_ports_active", f"{hardware.SECTION}.rdma_ports_active", spec.rdma_ports_active, _LOST),
+        ("rdma_min_rate_gbps", "rdma[*].rate_gbps", spec.rdma_min_rate_gbps, _RATE),
+        ("memory_gib", "memory.total_mib", spec.memory_gib * 1024 if spec.memory_gib else None, _MEMORY),
+    ]
+    for model, n in (spec.gpu_models or {}).items():
+        at_least.append(("gpu_models", f"{hardware.SECTION}.gpu_models[{model}]", n, _LOST))
+    thresholds = [
+        (field, Threshold(value=key, min=float(n), severity="fail", why=why))
+        for field, key, n, why in at_least
+        if n is not None
+    ]
+    params: dict[str, dict[str, Any]] = {}
+    if spec.nvlinks_per_gpu is not None:
+        params["nvlink"] = {"expected_links": spec.nvlinks_per_gpu}
+    if spec.gpu_min_pcie_width is not None:
+        params["pcie"] = {"min_gpu_width": spec.gpu_min_pcie_width}
+    return thresholds, params

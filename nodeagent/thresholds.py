@@ -15,9 +15,18 @@ with 128 cpufreq policies reports one line, not 128.
 
 A value the node does not have (no such key, None, or evidence a check wrote as "(absent)",
 "absent" or "(unset)": no THP on this kernel, the numa check saying nothing on one NUMA node) is
-SKIPPED with "not present on this node": a playbook written for a fleet applies to its odd nodes
-too. A range on a value that is not a number is UNKNOWN (the
-threshold cannot be judged, and a gate must not pass it silently).
+judged by the threshold's `missing`:
+- "skip": SKIPPED with "not present on this node" (a playbook written for a fleet applies to its
+  odd nodes too). The default of warn-level thresholds.
+- "fail" (the default of fail-level thresholds) or "warn": a fact the node does not have (a device,
+  a count of hardware) is a finding at that level: the playbook expects it, and a node that lost
+  its HCA must not pass a gate because the rule about its ports found nothing to judge (NHC's
+  check_hw_ib, https://github.com/mej/nhc). Check evidence that is absent while its check ran is
+  UNKNOWN instead (the check could not read it: not evidence of a fault, and still not a pass),
+  and so is a hardware count whose source was not read; evidence of a check that did not run this
+  time is SKIPPED.
+A range on a value that is not a number is UNKNOWN (the threshold cannot be judged, and a gate must
+not pass it silently).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from nodeagent import hardware
 from nodeagent.finding import Finding, Status
 
 # As nodeagent.cluster.fleet.Value (not imported from there: fleet pulls in rich's tables).
@@ -39,6 +49,8 @@ CHECK_ID = "playbook"
 # judged like a missing key.
 ABSENT_TEXTS = frozenset({"(absent)", "absent", "(unset)"})
 SEVERITIES = {"warn": Status.WARN, "fail": Status.FAIL}
+MISSING = ("fail", "warn", "skip")
+COUNTS_PREFIX = f"{hardware.SECTION}."
 _PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 _SUMMARY_VALUE_CHARS = 80
 
@@ -56,6 +68,14 @@ class Threshold:
     one_of: tuple[Value, ...] | None = None
     severity: str = "fail"  # "warn" | "fail"
     why: str = ""
+    missing: str | None = None  # "fail" | "warn" | "skip"; None: as the severity, "skip" for warn
+
+    @property
+    def when_missing(self) -> str:
+        """What an absent value gives: `missing`, else "fail" for fail-level thresholds, "skip" for warn."""
+        if self.missing is not None:
+            return self.missing
+        return "fail" if self.severity == "fail" else "skip"
 
     @property
     def expected(self) -> str:
@@ -94,6 +114,8 @@ class Threshold:
         if self.one_of is not None:
             out["one_of"] = list(self.one_of)
         out["severity"] = self.severity
+        if self.missing is not None:
+            out["missing"] = self.missing
         if self.why:
             out["why"] = self.why
         return out
@@ -163,21 +185,21 @@ def evaluate(thresholds: Sequence[Threshold], values: Mapping[str, Value], host:
         if is_glob(t.value):
             out += _judge_glob(t, values, host)
         else:
-            out.append(_judge_key(t, t.value, values.get(t.value), host))
+            out.append(_judge_key(t, t.value, values.get(t.value), host, values))
     return out
 
 
 def _judge_glob(t: Threshold, values: Mapping[str, Value], host: str) -> list[Finding]:
     present = [(k, values[k]) for k in matching_keys(t.value, values) if not is_absent(values[k])]
     if not present:
-        return [_absent(t, t.value, host)]
+        return [_absent(t, t.value, values, host)]
     out: list[Finding] = []
     met: dict[str, str] = {}
     for key, value in present:
         if t.judge(value):
             met[key] = show(value)
         else:
-            out.append(_judge_key(t, key, value, host))
+            out.append(_judge_key(t, key, value, host, values))
     if met:
         summary = f"{len(met)} of {len(present)} value(s) matching {t.value} are {t.expected}"
         out.insert(0, _finding(t, Status.OK, summary, met, t.value, host))
@@ -188,9 +210,12 @@ def is_absent(value: Value) -> bool:
     return value is None or (isinstance(value, str) and value.strip() in ABSENT_TEXTS)
 
 
-def _judge_key(t: Threshold, key: str, value: Value, host: str) -> Finding:
+def _judge_key(t: Threshold, key: str, value: Value, host: str, values: Mapping[str, Value]) -> Finding:
     if is_absent(value):
-        return _absent(t, key, host)
+        zero = hardware.zero_when_counted(key, values)
+        if zero is None:
+            return _absent(t, key, values, host)
+        value = zero
     shown = show(value)
     evidence = {key: shown}
     brief = shown if len(shown) <= _SUMMARY_VALUE_CHARS else shown[: _SUMMARY_VALUE_CHARS - 3] + "..."
@@ -204,8 +229,39 @@ def _judge_key(t: Threshold, key: str, value: Value, host: str) -> Finding:
     return _finding(t, status, f"{key} = {brief}, expected {t.expected}", evidence, key, host)
 
 
-def _absent(t: Threshold, key: str, host: str) -> Finding:
-    return _finding(t, Status.SKIPPED, f"{key}: not present on this node", {key: "(absent)"}, key, host)
+def _absent(t: Threshold, key: str, values: Mapping[str, Value], host: str) -> Finding:
+    evidence = {key: "(absent)"}
+    check_id = _check_of(key)
+    if t.when_missing == "skip" or (check_id is not None and not _ran(check_id, values)):
+        why = (
+            "not present on this node"
+            if check_id is None or _ran(check_id, values)
+            else (f"check {check_id} did not run")
+        )
+        return _finding(t, Status.SKIPPED, f"{key}: {why}", evidence, key, host)
+    if check_id is not None:
+        summary = f"{key}: not reported by check {check_id}, so {t.expected} cannot be judged"
+        return _finding(t, Status.UNKNOWN, summary, evidence, key, host)
+    if key.startswith(COUNTS_PREFIX) and not is_glob(key):
+        # A count is absent only where its source was not read (nodeagent.hardware): not zero.
+        summary = f"{key}: not counted (its source was not read), so {t.expected} cannot be judged"
+        return _finding(t, Status.UNKNOWN, summary, evidence, key, host)
+    status = SEVERITIES[t.when_missing]
+    summary = f"{key}: not present on this node, and the playbook expects {t.expected}"
+    return _finding(t, status, summary, evidence, key, host)
+
+
+def _check_of(key: str) -> str | None:
+    """The check whose evidence `key` names ("check.<id>...."), None for a fact."""
+    if not key.startswith("check."):
+        return None
+    check_id = key.split(".")[1]
+    return None if is_glob(check_id) else check_id
+
+
+def _ran(check_id: str, values: Mapping[str, Value]) -> bool:
+    prefix = f"check.{check_id}."
+    return any(k.startswith(prefix) for k in values)
 
 
 def _finding(

@@ -364,6 +364,12 @@ def test_lists_are_keyed_by_identity() -> None:
         "matrix[0]": "1,2",
         "matrix[1]": "3,4",
         "notes": "a,b",
+        # Counted from the lists above (nodeagent.hardware): 1 GPU, 1 HCA with 2 ports, 1 ACTIVE.
+        "hardware.gpus": 1,
+        "hardware.gpu_models[NVIDIA]": 1,
+        "hardware.rdma_hcas": 1,
+        "hardware.rdma_ports": 2,
+        "hardware.rdma_ports_active": 1,
     }
 
 
@@ -597,3 +603,37 @@ def test_to_dict_is_json(recorded: Recorded) -> None:
     } in again["drift"]
     assert again["outliers"] == []  # MAD 0: five of six have 517020
     assert FleetComparison(2, [], []).to_dict() == {"hosts": 2, "drift": [], "outliers": []}
+
+
+def test_a_host_short_of_the_fleets_hardware_is_flagged_at_the_playbooks_level() -> None:
+    from nodeagent.cluster.report import FleetReport
+    from nodeagent.cluster.runner import HostOutcome
+    from nodeagent.finding import Status
+
+    def outcome(name: str, gpus: int, active: int) -> HostOutcome:
+        facts = {
+            "host": name,
+            "gpus": [{"pci_address": f"0000:{i:02x}:00.0", "vendor": "NVIDIA"} for i in range(gpus)],
+            "rdma": [
+                {"device": f"mlx5_{i}", "port": 1, "state": "ACTIVE" if i < active else "DOWN"}
+                for i in range(8)
+            ],
+        }
+        return HostOutcome(name, name, {"status": "OK", "findings": []}, facts)
+
+    outcomes = {
+        o.name: o
+        for o in (outcome("g1", 8, 8), outcome("g2", 8, 8), outcome("g3", 7, 6), outcome("g4", 8, 8))
+    }
+    report = FleetReport.build(outcomes, 0.0, lost_hardware=Status.FAIL)
+    g3 = report.outcomes["g3"].doc or {}
+    assert g3["status"] == "FAIL" and report.status is Status.FAIL
+    short = {f["subject"]: f["summary"] for f in g3["findings"] if f["check_id"] == "fleet"}
+    assert short == {
+        "hardware.gpus": "hardware.gpus = 7, where 3 of 4 hosts have 8",
+        "hardware.gpu_models[NVIDIA]": "hardware.gpu_models[NVIDIA] = 7, where 3 of 4 hosts have 8",
+        "hardware.rdma_ports_active": "hardware.rdma_ports_active = 6, where 3 of 4 hosts have 8",
+    }
+    assert all((report.outcomes[h].doc or {})["status"] == "OK" for h in ("g1", "g2", "g4"))
+    # Without a playbook that says otherwise, the same host is a warning.
+    assert (FleetReport.build(outcomes, 0.0).outcomes["g3"].doc or {})["status"] == "WARN"

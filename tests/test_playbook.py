@@ -436,6 +436,34 @@ MALFORMED: dict[str, tuple[dict[str, str], str, str]] = {
         "p.yml",
         "p.yml:3: checks.numa: duplicate key (first on line 2); keep one",
     ),
+    "unknown expectation": (
+        {"p.yml": "expect:\n  gpu: 8\n"},
+        "p.yml",
+        "p.yml:2: expect.gpu: unknown field 'gpu'; did you mean 'gpus'?",
+    ),
+    "expectation not a count": (
+        {"p.yml": "expect: {gpus: eight}\n"},
+        "p.yml",
+        "p.yml:1: expect.gpus: must be a whole number of GPUs (0 or more) (got 'eight')",
+    ),
+    "expectation of a check not run": (
+        {"p.yml": "checks: {gpu: {}}\nexpect:\n  gpus: 8\n  nvlinks_per_gpu: 18\n"},
+        "p.yml",
+        "p.yml:4: expect.nvlinks_per_gpu: is judged by check 'nvlink', which this playbook does not run; "
+        "add nvlink under checks:",
+    ),
+    "unknown hardware count": (
+        {"p.yml": "thresholds:\n  - {value: hardware.gpu, min: 8}\n"},
+        "p.yml",
+        "p.yml:2: thresholds[0].value: 'hardware.gpu': hardware has no count 'gpu' (did you mean 'gpus'?); "
+        "see the value keys in playbooks/README.md",
+    ),
+    "missing not a level": (
+        {"p.yml": "thresholds:\n  - {value: hardware.gpus, min: 8, missing: ignore}\n"},
+        "p.yml",
+        "p.yml:2: thresholds[0].missing: must be fail, warn or skip (what a value the node does not have "
+        "gives) (got 'ignore')",
+    ),
     "check entry not a mapping": (
         {"p.yml": "checks:\n  numa: yes\n"},
         "p.yml",
@@ -462,6 +490,31 @@ def test_malformed_playbook_exits_64(tmp_path: Path, case: str, capsys: pytest.C
         main(["playbooks", "show", str(tmp_path / entry)])
     assert e.value.code == 64
     assert capsys.readouterr().err == f"nodeagent: error: {tmp_path}/{expected}\n"
+
+
+def test_expect_becomes_thresholds_on_counts_and_check_parameters(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        {
+            "ours.yml": "include: [gpu-training]\nexpect:\n  gpus: 8\n  gpu_models: {NVIDIA H100 80GB HBM3: 8}\n"
+            "  rdma_ports_active: 8\n  rdma_min_rate_gbps: 400\n  nvlinks_per_gpu: 18\n"
+            "  gpu_min_pcie_width: 16\n  memory_gib: 2000\n",
+        },
+    )
+    pb = load_playbook(str(tmp_path / "ours.yml"))
+    stated = {t.value: (t.min, t.severity, t.when_missing) for t in pb.thresholds if t.value.startswith("hardware.")}
+    assert stated == {
+        "hardware.gpus": (8, "fail", "fail"),
+        "hardware.gpu_models[NVIDIA H100 80GB HBM3]": (8, "fail", "fail"),
+        "hardware.rdma_ports_active": (8, "fail", "fail"),
+    }
+    (rate,) = [t for t in pb.thresholds if t.value == "rdma[*].rate_gbps" and t.severity == "fail"]
+    assert rate.min == 400
+    (memory,) = [t for t in pb.thresholds if t.value == "memory.total_mib"]
+    assert memory.min == 2000 * 1024
+    assert pb.check_params["nvlink"]["expected_links"] == 18
+    assert pb.check_params["pcie"]["min_gpu_width"] == 16
+    assert pb.lost_hardware == "fail"  # gpu-training's
 
 
 def test_unknown_names_and_files() -> None:

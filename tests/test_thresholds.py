@@ -58,13 +58,53 @@ def test_ranges() -> None:
     assert status is Status.UNKNOWN and "not a number" in summary
 
 
-def test_not_present_is_skipped() -> None:
-    t = Threshold(BACKLOG, min=250000)
-    for values in ({}, {BACKLOG: None}, {BACKLOG: "(absent)"}, {BACKLOG: "absent"}, {BACKLOG: "(unset)"}):
-        status, summary, evidence = one(t, values)  # type: ignore[arg-type]
-        assert status is Status.SKIPPED
-        assert summary == f"{BACKLOG}: not present on this node"
-        assert evidence == {BACKLOG: "(absent)"}
+ABSENT_FORMS: tuple[dict[str, Value], ...] = (
+    {},
+    {BACKLOG: None},
+    {BACKLOG: "(absent)"},
+    {BACKLOG: "absent"},
+    {BACKLOG: "(unset)"},
+)
+RAN = {"check.kernel.status": "OK"}  # the kernel check ran, and reported something else
+
+
+def test_absent_with_missing_skip_is_skipped() -> None:
+    for t in (Threshold(BACKLOG, min=250000, missing="skip"), Threshold(BACKLOG, min=1, severity="warn")):
+        for values in ABSENT_FORMS:
+            status, summary, evidence = one(t, {**values, **RAN})
+            assert status is Status.SKIPPED
+            assert summary == f"{BACKLOG}: not present on this node"
+            assert evidence == {BACKLOG: "(absent)"}
+
+
+def test_absent_evidence_of_a_check_that_ran_is_unknown_not_fail() -> None:
+    # The check could not read it: no evidence of a fault, and no pass either.
+    for values in ABSENT_FORMS:
+        status, summary, _ = one(Threshold(BACKLOG, min=250000), {**values, **RAN})
+        assert status is Status.UNKNOWN
+        assert summary.startswith(f"{BACKLOG}: not reported by check kernel")
+
+
+def test_absent_evidence_of_a_check_that_did_not_run_is_skipped() -> None:
+    status, summary, _ = one(Threshold(BACKLOG, min=250000), {"check.numa.status": "OK"})
+    assert (status, summary) == (Status.SKIPPED, f"{BACKLOG}: check kernel did not run")
+
+
+def test_absent_fact_fails_at_the_threshold_level() -> None:
+    # A node whose HCAs are gone has no rdma[*] keys at all: the rule about their ports must not pass.
+    t = Threshold("rdma[*].state", one_of=("ACTIVE",))
+    status, summary, _ = one(t, {"hardware.rdma_ports": 0})
+    assert status is Status.FAIL
+    assert summary == "rdma[*].state: not present on this node, and the playbook expects one of ACTIVE"
+    assert one(Threshold("rdma[*].state", one_of=("ACTIVE",), missing="warn"), {})[0] is Status.WARN
+    assert one(Threshold("rdma[*].state", one_of=("ACTIVE",), missing="skip"), {})[0] is Status.SKIPPED
+
+
+def test_hardware_count_not_read_is_unknown_and_a_short_count_fails() -> None:
+    t = Threshold("hardware.gpus", min=8)
+    assert one(t, {})[0] is Status.UNKNOWN  # the PCI tree was not read: not "0 GPUs"
+    status, summary, _ = one(t, {"hardware.gpus": 7})
+    assert (status, summary) == (Status.FAIL, "hardware.gpus = 7, expected >= 8")
 
 
 def test_booleans_are_not_numbers() -> None:
@@ -118,9 +158,11 @@ def test_glob_reports_each_failure_and_one_ok() -> None:
     assert warn.evidence == {"nics[eth1].speed_mbps": "10000"} and warn.remediation == "NCCL wants fast NICs"
 
 
-def test_glob_without_match_is_one_skip() -> None:
-    (f,) = evaluate([Threshold("rdma[*].state", one_of=("ACTIVE",))], VALUES)
+def test_glob_without_match_is_one_finding() -> None:
+    (f,) = evaluate([Threshold("rdma[*].state", one_of=("ACTIVE",), missing="skip")], VALUES)
     assert f.status is Status.SKIPPED and f.subject == "rdma[*].state"
+    (f,) = evaluate([Threshold("rdma[*].state", one_of=("ACTIVE",))], VALUES)
+    assert f.status is Status.FAIL and f.subject == "rdma[*].state"
 
 
 def test_one_finding_group_per_threshold_in_order() -> None:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # paramiko loads only when a fleet really runs: `nodeagent ch
     from nodeagent.cluster.inventory import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome, Job
+    from nodeagent.finding import Status
 
 
 def load(cluster: str | None, hosts: str | None, limit: str | None) -> Inventory | None:
@@ -64,15 +65,26 @@ def progress(total: int, label: str) -> Iterator[Callable[[HostOutcome], None]]:
 
 
 def run(
-    inv: Inventory, job: Job, parallel: int, accept_new: bool, label: str, compare: bool = True
+    inv: Inventory,
+    job: Job,
+    parallel: int,
+    accept_new: bool,
+    label: str,
+    compare: bool = True,
+    lost_hardware: Status | None = None,
 ) -> FleetReport:
+    """The fleet's report; `lost_hardware` is the level of a host short of the fleet majority's
+    hardware (WARN when not given)."""
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import run_fleet
+    from nodeagent.finding import Status
 
     start = time.monotonic()
     with progress(len(inv.hosts), label) as on_done:
         outcomes = run_fleet(inv, job, parallel, accept_new, on_done)
-    return FleetReport.build(outcomes, time.monotonic() - start, compare=compare)
+    return FleetReport.build(
+        outcomes, time.monotonic() - start, compare=compare, lost_hardware=lost_hardware or Status.WARN
+    )
 
 
 def emit(report: FleetReport, fmt: str, sections: Sequence[Any] = ()) -> None:

@@ -39,9 +39,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from nodeagent import hardware
 from nodeagent.errors import UsageError
 from nodeagent.facts.system import parse_cmdline
-from nodeagent.finding import Status
+from nodeagent.finding import Finding, Status
 
 Value: TypeAlias = str | int | float | bool | None
 
@@ -111,6 +112,7 @@ def _key_excluded(key: str) -> bool:
 
 
 HOST_PLACEHOLDER = "<host>"
+FLEET_CHECK_ID = "fleet"  # findings of the comparison itself
 
 # A list of dicts is keyed by the first of these fields its entries have ("nics[eth0]"); when that
 # repeats (two ports of one RDMA device) by as many as it takes ("rdma[mlx5_0/1]"), else by position.
@@ -167,7 +169,8 @@ _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d()]*
 
 
 def host_values(facts: Mapping[str, Any] | None, findings: Sequence[Mapping[str, Any]]) -> dict[str, Value]:
-    """One host as comparable keys: facts by path ("nics[eth0].speed_mbps") and findings as
+    """One host as comparable keys: facts by path ("nics[eth0].speed_mbps"), the hardware counts
+    derived from them (nodeagent.hardware: "hardware.gpus") and findings as
     "check.<check_id>.<subject>.status" and "check.<check_id>.<subject>.<evidence key>".
 
     Lists of dicts are keyed by IDENTITY_FIELDS, lists of scalars joined with ",". Evidence values
@@ -179,6 +182,7 @@ def host_values(facts: Mapping[str, Any] | None, findings: Sequence[Mapping[str,
     out: dict[str, Value] = {}
     if facts is not None:
         _flatten("", facts, out)
+        out.update(hardware.counts(facts))
     _add_findings(findings, out)
     names = {str(facts.get("host") or "")} if facts is not None else set()
     names |= {str(f.get("host") or "") for f in findings}
@@ -445,6 +449,43 @@ def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
         differ = {h: v for h, v in column.items() if h not in agree}
         return Drift(key, column[largest[0]], len(largest), differ)
     return Drift(key, None, 0, dict(column))
+
+
+def below_majority(cmp: FleetComparison, status: Status = Status.WARN) -> dict[str, list[Finding]]:
+    """Per host, a finding for each hardware count (nodeagent.hardware) below the one a strict
+    majority of the fleet shares: the fleet's own expectation of what a node has (a node of ten
+    that shows 7 GPUs where nine show 8 lost one). A host whose count was not read (None) is not
+    judged here: that is no evidence of a loss."""
+    out: dict[str, list[Finding]] = {}
+    for d in cmp.drift:
+        want = d.majority
+        if not d.key.startswith(f"{hardware.SECTION}.") or not d.majority_hosts or not _is_count(want):
+            continue
+        for host, value in d.hosts.items():
+            if _is_count(value) and value < want:
+                out.setdefault(host, []).append(_short(d, host, value, want, cmp.hosts, status))
+    return out
+
+
+def _is_count(v: Value) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _short(d: Drift, host: str, value: float, want: float, hosts: int, status: Status) -> Finding:
+    return Finding(
+        FLEET_CHECK_ID,
+        status,
+        f"{d.key} = {value:g}, where {d.majority_hosts} of {hosts} hosts have {want:g}",
+        {d.key: f"{value:g}"},
+        expected=f"{want:g}, as on most of the fleet",
+        remediation=(
+            "A node with less hardware than its peers lost some (a GPU fallen off the bus, an HCA or "
+            "port down): check `nodeagent facts` and the kernel log on it, reseat or replace the part; "
+            "state the inventory in the playbook's expect: when the fleet is mixed on purpose."
+        ),
+        subject=d.key,
+        host=host,
+    )
 
 
 # --- Rendering -------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ the fleet, an unreachable host counting as FAIL: a gate must not pass a node it 
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from rich.text import Text
 
 from nodeagent.cluster import fleet
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.finding import Status, worst
+from nodeagent.finding import Finding, Status, worst
 from nodeagent.render.table import ORDER, STYLE
 
 
@@ -42,15 +43,24 @@ class FleetReport:
 
     @classmethod
     def build(
-        cls, outcomes: Mapping[str, HostOutcome], duration_s: float, compare: bool = True
+        cls,
+        outcomes: Mapping[str, HostOutcome],
+        duration_s: float,
+        compare: bool = True,
+        lost_hardware: Status = Status.WARN,
     ) -> FleetReport:
+        """The report; with `compare`, a host whose hardware counts are below the fleet majority's
+        gets a finding at `lost_hardware` (fleet.below_majority) in its own document."""
         values = {
             name: fleet.host_values(o.facts, (o.doc or {}).get("findings", []))
             for name, o in outcomes.items()
             if o.ok
         }
         comparison = fleet.compare(values) if compare else fleet.FleetComparison(len(values), [], [])
-        return cls(dict(outcomes), comparison, duration_s)
+        short = fleet.below_majority(comparison, lost_hardware)
+        return cls(
+            {name: _with(o, short.get(name, [])) for name, o in outcomes.items()}, comparison, duration_s
+        )
 
     @property
     def status(self) -> Status:
@@ -81,6 +91,16 @@ class FleetReport:
         if self.extra:
             doc |= self.extra
         return doc
+
+
+def _with(outcome: HostOutcome, found: list[Finding]) -> HostOutcome:
+    """The outcome with the fleet's findings about its host added (and its status raised to them)."""
+    if not found or outcome.doc is None:
+        return outcome
+    doc = dict(outcome.doc)
+    doc["findings"] = [*doc.get("findings", []), *(f.to_dict() for f in found)]
+    doc["status"] = worst([host_status(outcome), *(f.status for f in found)]).value
+    return dataclasses.replace(outcome, doc=doc)
 
 
 def _attention(outcome: HostOutcome) -> list[dict[str, Any]]:

@@ -43,7 +43,11 @@ def collect(host: Host, commands: bool = True) -> dict[str, Any]:
         },
         "pci": [asdict(d) for d in pci.collect(host)],
         # Where sysfs shows no GPU, those of `nvidia-smi -q -x` (addressed): what the gpu check judges.
-        "gpus": [asdict(g) for g in (gpus.inventory(host) if commands else gpus.collect(host))],
+        # A recording's driver list costs no command, so a gate on one names GPUs by address too.
+        "gpus": [
+            asdict(g)
+            for g in (gpus.inventory(host) if commands or host.kind != "local" else gpus.collect(host))
+        ],
         "nvidia_smi_topo": None
         if matrix is None
         else {"devices": matrix.devices, "links": matrix.links, "numa_affinity": matrix.numa_affinity},
