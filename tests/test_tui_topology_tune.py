@@ -5,7 +5,9 @@ snapshots (the firecracker VM without a GPU, a DGX A100's `nvidia-smi topo -m`, 
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,21 +18,23 @@ pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodea
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
+from nodeagent import profile as profiles
 from nodeagent.errors import UsageError
 from nodeagent.facts import node, pci_topology
 from nodeagent.facts.topo_matrix import parse_topo
 from nodeagent.host import SnapshotHost
+from nodeagent.state import STATE_ENV
 from nodeagent.tui.app import NodeAgentApp, make_app
-from nodeagent.tui.backend import LocalBackend
+from nodeagent.tui.backend import LocalBackend, SavedProfile
 from nodeagent.tui.screens.topology import GRADE_STYLE, TopologyScreen, matrix_from_facts
 from nodeagent.tui.screens.tune import JournalPicker, TuneScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
-from nodeagent.tune import Plan, Scope
+from nodeagent.tune import Change, Plan, Scope, Write
 from tests.helpers import GPU, NIC, SYSFS_FIXTURES, nvidia_smi_text, pci_tree
 from tests.tui_driver import drive as drive_app
 from tests.tui_driver import notifications_by_severity as notifications
 from tests.tui_driver import settle, text_of
-from tests.tui_fakes import FACTS, FakeBackend
+from tests.tui_fakes import FACTS, PROFILE_PATH, FakeBackend
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 A100 = "topo-m-dgx-a100.txt"
@@ -311,7 +315,7 @@ def test_tune_shows_the_plan_before_after_with_scope_and_notes() -> None:
     async def steps(pilot: Pilot[None]) -> None:
         assert isinstance(app.screen, TuneScreen)
         assert row_text(app, "#plan", THP) == [
-            "[x]",
+            "[ ]",  # runtime: system-wide, chosen by hand
             "thp",
             "transparent_hugepage/enabled",
             "never -> madvise",
@@ -321,11 +325,12 @@ def test_tune_shows_the_plan_before_after_with_scope_and_notes() -> None:
         assert t.virtual_size.width <= 80  # the columns share the screen: long values are cut (…)
         assert t.ordered_columns[t.get_column_index("target")].width < len("transparent_hugepage/enabled")
         assert row_text(app, "#plan", TF)[3:] == ["(unset) -> 64", "process"]
+        assert row_text(app, "#plan", TF)[0] == "[x]"  # process: the profile, preselected
         assert row_text(app, "#plan", BOOT)[0] == " - "  # advice: not selectable
         assert row_text(app, "#plan", BOOT)[4] == "boot"
         assert row_text(app, "#plan", NOTE)[1:3] == ["numa-balancing", "already off"]
         state = text_of(app, "#tune-state")
-        assert "3 change(s) from 3 tuner(s); 2 of 2 selected" in state
+        assert "3 change(s) from 3 tuner(s); 1 of 2 selected" in state
         assert "boot-scope changes (kernel command line) are advice: shown, not selectable" in state
         detail = text_of(app, "#tune-detail")
         assert "thp: transparent_hugepage/enabled [runtime]" in detail
@@ -344,19 +349,20 @@ def test_tune_toggles_changes_and_boot_advice_stays_unselectable() -> None:
         assert isinstance(screen, TuneScreen)
         await press(pilot, "down", "space")
         assert marks(app)[TF] == "[ ]"
-        assert screen.selected == {THP}
-        assert "1 of 2 selected" in text_of(app, "#tune-state")
+        assert screen.selected == set()
+        assert "0 of 2 selected" in text_of(app, "#tune-state")
         await press(pilot, "space")
         assert marks(app)[TF] == "[x]"
         await press(pilot, "down", "space")  # the boot change
         assert marks(app)[BOOT] == " - "
         assert BOOT not in screen.selected
         assert any("advice" in msg for sev, msg in notifications(app) if sev == "warning")
-        await press(pilot, "a")  # all were selected: none
+        await press(pilot, "a")  # not all were selected: all, never the boot change
+        assert screen.selected == {THP, TF}
+        assert marks(app)[THP] == marks(app)[TF] == "[x]"
+        await press(pilot, "a")  # all were: none
         assert screen.selected == set()
         assert marks(app)[THP] == marks(app)[TF] == "[ ]"
-        await press(pilot, "a")  # and all again, never the boot change
-        assert screen.selected == {THP, TF}
 
     drive(app, steps)
 
@@ -368,7 +374,7 @@ def test_tune_confirmation_no_cancels() -> None:
     async def steps(pilot: Pilot[None]) -> None:
         await press(pilot, "p")
         assert isinstance(app.screen, ConfirmScreen)
-        assert "Apply 2 change(s) of thp, tf-threads?" in text_of(app, "#confirm-question")
+        assert "Apply 1 change(s) of tf-threads?" in text_of(app, "#confirm-question")
         await press(pilot, "n")
         assert isinstance(app.screen, TuneScreen)
         assert backend.applied == []
@@ -385,7 +391,7 @@ def test_tune_yes_applies_exactly_the_selected_changes() -> None:
     app = make_app(backend, start="tune")
 
     async def steps(pilot: Pilot[None]) -> None:
-        await press(pilot, "down", "space", "p")  # tf-threads left out
+        await press(pilot, "space", "down", "space", "p")  # thp chosen, tf-threads left out
         assert isinstance(app.screen, ConfirmScreen)
         await press(pilot, "y")
         assert isinstance(app.screen, TuneScreen)
@@ -443,6 +449,287 @@ def test_tune_revert_picks_a_journal_and_confirms() -> None:
     drive(app, steps)
 
 
+def _every_scope() -> list[Plan]:
+    """Changes of every scope across tuners: runtime (two), process (two), code and boot."""
+
+    def runtime(tuner: str, path: str) -> Change:
+        return Change(tuner, path, "a", "b", Scope.RUNTIME, "why", (Write(path, "a", "b"),))
+
+    def setting(tuner: str, target: str, scope: Scope) -> Change:
+        return Change(tuner, target, "(unset)", "1", scope, "why", profile_key=target, value="1")
+
+    return [
+        Plan("cpu-governor", [runtime("cpu-governor", "/sys/devices/system/cpu/cpu0/cpufreq/x")]),
+        Plan(
+            "tf-threads",
+            [setting("tf-threads", "env.A", Scope.PROCESS), setting("tf-threads", "env.B", Scope.PROCESS)],
+        ),
+        Plan("tf-data", [setting("tf-data", "snippets.tf-data", Scope.CODE)]),
+        Plan("thp", [runtime("thp", "/sys/kernel/mm/transparent_hugepage/enabled")]),
+        Plan("c-states", [Change("c-states", "kernel command line", "", "x=1", Scope.BOOT, "advice")]),
+    ]
+
+
+class EveryScopeBackend(FakeBackend):
+    def plans(self) -> list[Plan]:
+        return _every_scope()
+
+
+def test_tune_preselects_only_process_scope_changes() -> None:
+    app = make_app(EveryScopeBackend(), start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        assert screen.selected == {"c1.0", "c1.1"}  # tf-threads' two environment variables
+        assert marks(app) == {
+            "c0.0": "[ ]",  # runtime: system-wide, as root
+            "c1.0": "[x]",
+            "c1.1": "[x]",
+            "c2.0": "[ ]",  # code: a snippet to paste, not a setting of the job
+            "c3.0": "[ ]",
+            "c4.0": " - ",  # boot: advice
+        }
+        assert "2 of 5 selected" in text_of(app, "#tune-state")
+
+    drive(app, steps)
+
+
+def test_tune_applied_changes_show_as_applied_and_are_never_selected_again() -> None:
+    backend = FakeBackend()  # plans the same after an apply, as a profile setting is planned again
+    app = make_app(backend, start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        await press(pilot, "p", "y")  # the preselection: tf-threads
+        assert [p.tuner for p in backend.applied[0]] == ["tf-threads"]
+        # planned again: the same changes, tf-threads applied and not selected
+        assert marks(app) == {THP: "[ ]", TF: "ok", BOOT: " - ", NOTE: ""}
+        assert screen.selected == set()
+        assert "1 applied (ok); 0 of 1 selected" in text_of(app, "#tune-state")
+        await press(pilot, "down", "space")  # selecting it is refused, saying why
+        assert screen.selected == set()
+        said = "tf-threads: env TF_NUM_INTRAOP_THREADS: applied here, journal 20261123-120000-abcd"
+        assert any(m.startswith(said) for _, m in notifications(app))
+        assert "applied here, journal 20261123-120000-abcd" in text_of(app, "#tune-detail")
+        await press(pilot, "a")  # all: what remains
+        assert screen.selected == {THP}
+        await press(pilot, "p", "y")
+        assert [p.tuner for p in backend.applied[1]] == ["thp"]
+        assert marks(app)[THP] == marks(app)[TF] == "ok"
+        assert screen.selected == set()
+        await press(pilot, "r", "a", "p")  # planned again, by hand: still nothing to select
+        assert screen.selected == set()
+        assert isinstance(app.screen, TuneScreen)  # no confirmation
+        assert len(backend.applied) == 2
+
+    drive(app, steps)
+
+
+@dataclass
+class SlowReplanBackend(FakeBackend):
+    """Every plan after the first waits for `replan`: the screen between an apply and its re-plan."""
+
+    replan: threading.Event = field(default_factory=threading.Event)
+    planned: int = 0
+
+    def plans(self) -> list[Plan]:
+        self.planned += 1
+        if self.planned > 1:
+            self.replan.wait(10)
+        return super().plans()
+
+
+def test_tune_marks_the_applied_changes_before_the_new_plan_arrives() -> None:
+    backend = SlowReplanBackend()
+    app = make_app(backend, start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        await press(pilot, "a")  # all: thp and tf-threads
+        await pilot.press("p")
+        await pilot.pause()
+        await pilot.press("y")
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if backend.applied and not screen.busy:
+                break
+        assert marks(app)[THP] == marks(app)[TF] == "ok"
+        assert screen.selected == set()
+        assert "planning..." in text_of(app, "#tune-state")
+        backend.replan.set()
+        await settle(pilot)
+        assert marks(app)[THP] == marks(app)[TF] == "ok"
+        assert "planning" not in text_of(app, "#tune-state")
+
+    drive(app, steps)
+
+
+def test_tune_revert_makes_its_changes_selectable_again() -> None:
+    backend = FakeBackend()
+    app = make_app(backend, start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await press(pilot, "p", "y")
+        assert marks(app)[TF] == "ok"
+        await press(pilot, "v", "enter", "y")
+        assert backend.reverted == ["20261123-120000-abcd"]
+        assert marks(app)[TF] == "[x]"  # the profile setting is gone: preselected again
+        assert "applied" not in text_of(app, "#tune-state")
+
+    drive(app, steps)
+
+
+# -- the profile that `nodeagent exec` applies: what it already holds is not selected again ------
+TF_KEY = "TF_NUM_INTRAOP_THREADS"  # the fake plan's process change: env TF_NUM_INTRAOP_THREADS = 64
+
+
+def test_tune_a_process_change_already_in_the_profile_is_ok_and_not_selected() -> None:
+    backend = FakeBackend(profile={"name": "default", "env": {TF_KEY: "64"}})  # as `tune --apply` left it
+    app = make_app(backend, start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        assert marks(app) == {THP: "[ ]", TF: "ok", BOOT: " - ", NOTE: ""}
+        assert screen.selected == set()
+        assert "1 applied (ok); 0 of 1 selected" in text_of(app, "#tune-state")
+        await press(pilot, "down")
+        detail = text_of(app, "#tune-detail")
+        assert f"in profile {PROFILE_PATH}" in detail
+        assert "journal" not in detail  # not applied in this session
+        await press(pilot, "space")  # refused, saying why
+        assert screen.selected == set()
+        said = f"tf-threads: env {TF_KEY}: in profile {PROFILE_PATH}"
+        assert any(m.startswith(said) for _, m in notifications(app))
+        await press(pilot, "a")  # all: only what is left
+        assert screen.selected == {THP}
+        await press(pilot, "p", "y")
+        assert [p.tuner for p in backend.applied[0]] == ["thp"]
+
+    drive(app, steps)
+
+
+def test_tune_a_profile_with_another_value_leaves_the_change_selected() -> None:
+    backend = FakeBackend(profile={"name": "default", "env": {TF_KEY: "32", "OMP_NUM_THREADS": "64"}})
+    app = make_app(backend, start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        assert marks(app)[TF] == "[x]"  # 32 saved, 64 planned: applying changes the profile
+        assert screen.selected == {TF}
+        assert "applied" not in text_of(app, "#tune-state")
+        await press(pilot, "down")
+        assert "in profile" not in text_of(app, "#tune-detail")
+
+    drive(app, steps)
+
+
+def test_tune_after_a_restart_shows_what_the_profile_holds_until_it_is_reverted() -> None:
+    backend = FakeBackend()  # one node: its profile outlives the TUI
+    first = make_app(backend, start="tune")
+
+    async def apply_tf(pilot: Pilot[None]) -> None:
+        await press(pilot, "p", "y")  # the preselection: tf-threads, saved in the profile
+        assert marks(first)[TF] == "ok"
+        assert f"process settings saved in {PROFILE_PATH}" in text_of(first, "#tune-result")
+
+    drive(first, apply_tf)
+    assert backend.profile is not None and backend.profile["env"] == {TF_KEY: "64"}
+    again = make_app(backend, start="tune")  # a fresh start: nothing applied in this session
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = again.screen
+        assert isinstance(screen, TuneScreen)
+        assert screen.applied == {}
+        assert marks(again)[TF] == "ok"
+        assert screen.selected == set()
+        await press(pilot, "down")
+        assert f"in profile {PROFILE_PATH}" in text_of(again, "#tune-detail")
+        await press(pilot, "v", "enter", "y")  # the revert restores the profile as it was
+        assert backend.profile is None
+        assert marks(again)[TF] == "[x]"
+        assert screen.selected == {TF}
+
+    drive(again, steps)
+
+
+def test_tune_an_unreadable_profile_is_a_warning_and_the_plan_is_shown() -> None:
+    broken = f"{PROFILE_PATH}: not a readable profile (Expecting value: line 1 column 1 (char 0))"
+    app = make_app(FakeBackend(profile_error=broken), start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        assert ("warning", f"reading the profile: {broken}") in notifications(app)
+        assert marks(app) == {THP: "[ ]", TF: "[x]", BOOT: " - ", NOTE: ""}
+
+    drive(app, steps)
+
+
+def test_tune_only_process_changes_are_marked_from_the_profile() -> None:
+    # env.A as planned, env.B not there; the code snippet saved too, but code is a snippet to paste
+    saved = {"env": {"A": "1"}, "snippets": {"tf-data": "1"}}
+    app = make_app(EveryScopeBackend(profile=saved), start="tune")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        screen = app.screen
+        assert isinstance(screen, TuneScreen)
+        assert marks(app) == {
+            "c0.0": "[ ]",
+            "c1.0": "ok",
+            "c1.1": "[x]",
+            "c2.0": "[ ]",
+            "c3.0": "[ ]",
+            "c4.0": " - ",
+        }
+        assert screen.selected == {"c1.1"}
+
+    drive(app, steps)
+
+
+def test_saved_profile_compares_values_as_the_profile_stores_them() -> None:
+    def change(key: str, value: Any) -> Change:
+        return Change("t", key, "", str(value), Scope.PROCESS, "why", profile_key=key, value=value)
+
+    entries = ({"local_rank": 0, "cpus": (0, 1)}, {"local_rank": 1, "cpus": (2, 3)})
+    doc: dict[str, Any] = {
+        "rank_env": {"0": {"OMP_NUM_THREADS": "8"}},
+        "ranks": [{"local_rank": 0, "cpus": [0, 1]}, {"local_rank": 1, "cpus": [2, 3]}],
+        "launcher": {"cpu_dma_latency_us": 10, "memlock_soft": "unlimited"},
+        "env": "not a mapping",
+    }
+    saved = SavedProfile("default", PROFILE_PATH, doc)
+    assert saved.holds(change("rank_env.0.OMP_NUM_THREADS", "8"))
+    assert not saved.holds(change("rank_env.1.OMP_NUM_THREADS", "8"))  # absent
+    assert saved.holds(change("ranks", list(entries)))  # tuples are JSON lists
+    assert not saved.holds(change("ranks", list(entries[:1])))
+    assert saved.holds(change("launcher.cpu_dma_latency_us", 10))
+    assert not saved.holds(change("launcher.cpu_dma_latency_us", "10"))  # "10" is not 10 in JSON
+    assert not saved.holds(change("env.OMP_NUM_THREADS", "8"))  # not under a mapping
+    assert not saved.holds(Change("t", "x", "", "y", Scope.PROCESS, "why"))  # no profile_key
+
+
+def test_local_backend_reads_the_profile_that_apply_saves(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv(STATE_ENV, str(tmp_path))
+    backend = LocalBackend(root=str(VM))
+    assert backend.saved_profile() is None  # no profile yet
+    plans = backend.plans()
+    process = [c for p in plans for c in p.changes if c.scope is Scope.PROCESS and c.profile_key]
+    assert process  # the VM plans process settings (tf-threads at least)
+    # Saved as apply.apply saves them: every one of the real tuners' values compares equal.
+    settings = [(c.profile_key, c.value) for c in process if c.profile_key]
+    path = profiles.profile_path("default", tmp_path)
+    profiles.save(path, profiles.merged({}, settings, "default", "vm"))
+    saved = backend.saved_profile()
+    assert saved is not None and saved.path == path and saved.name == "default"
+    assert all(saved.holds(c) for c in process)
+    path.write_text("{")
+    with pytest.raises(UsageError, match="not a readable profile"):
+        backend.saved_profile()
+
+
 REFUSAL = "applying thp writes /sys and needs root; nothing was changed (see [sudo])"
 
 
@@ -462,6 +749,7 @@ def test_tune_apply_error_is_a_notification_and_the_app_goes_on() -> None:
         assert app.is_running
         assert isinstance(app.screen, TuneScreen)
         assert "needs root" in text_of(app, "#tune-result")
+        assert marks(app)[TF] == "[x]"  # nothing was applied: nothing is marked so
         await press(pilot, "p")  # not stuck "applying"
         assert isinstance(app.screen, ConfirmScreen)
 

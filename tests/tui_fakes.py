@@ -1,6 +1,7 @@
 """A fake Backend for the TUI's pilot tests: slow checks that stream, an UNKNOWN finding, a check
-that fails, plans with changes, an apply that records what it was given, a benchmark that reports
-progress, and a fleet with a dead host. Real types throughout (Finding, Plan, BenchResult,
+that fails, plans with changes, an apply that records what it was given (and saves its process
+settings in a profile kept in memory, which revert restores), a benchmark that reports progress,
+and a fleet with a dead host. Real types throughout (Finding, Plan, BenchResult,
 FleetReport), so the screens render exactly what the engine would give them."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeagent import profile as profiles
 from nodeagent.apply import ApplyResult
 from nodeagent.bench import stats
 from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
@@ -22,11 +24,14 @@ from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE, HostError
 from nodeagent.engine import CheckResult
+from nodeagent.errors import UsageError
 from nodeagent.finding import Finding, Status
 from nodeagent.journal import Journal
+from nodeagent.tui.backend import SavedProfile
 from nodeagent.tune import Change, Plan, Scope, Write
 
 CHECK_IDS = BUILTIN
+PROFILE_PATH = Path("/var/lib/nodeagent/profiles/default.json")  # shown only: the fake writes no file
 
 FINDINGS: dict[str, list[Finding]] = {
     "cstates": [
@@ -234,6 +239,10 @@ class FakeBackend:
     applied: list[list[Plan]] = field(default_factory=list)
     reverted: list[str] = field(default_factory=list)
     gate: threading.Event | None = None  # when set, checks wait for it (to look at a half-run state)
+    profile: dict[str, Any] | None = None  # the saved profile (None: no file); apply saves into it
+    profile_error: str | None = None  # reading the profile raises this (a corrupt file)
+    # The profile before each apply since the last revert: the fake's one journal restores the first.
+    profile_before: list[dict[str, Any] | None] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -276,13 +285,33 @@ class FakeBackend:
             "applied",
             path=Path("/tmp/j.json"),
         )
-        return ApplyResult(j, None, [Finding("tune", Status.OK, "thp: madvise read back")])
+        # As apply.apply: process and code settings are merged into the profile.
+        settings = [
+            (c.profile_key, c.value)
+            for p in plans
+            for c in p.changes
+            if c.scope in (Scope.PROCESS, Scope.CODE) and c.profile_key
+        ]
+        saved = None
+        if settings:
+            self.profile_before.append(self.profile)
+            self.profile = profiles.merged(self.profile or {}, settings, "default", self.name)
+            saved = PROFILE_PATH
+        return ApplyResult(j, saved, [Finding("tune", Status.OK, "thp: madvise read back")])
+
+    def saved_profile(self) -> SavedProfile | None:
+        if self.profile_error is not None:
+            raise UsageError(self.profile_error)
+        return None if self.profile is None else SavedProfile("default", PROFILE_PATH, self.profile)
 
     def journals(self) -> list[Journal]:
         return [Journal("20261123-120000-abcd", {"kind": "local"}, "2026-11-23T12:00:00Z", "applied")]
 
     def revert(self, journal_id: str) -> list[Finding]:
         self.reverted.append(journal_id)
+        if self.profile_before:
+            self.profile = self.profile_before[0]
+            self.profile_before.clear()
         return [Finding("revert", Status.OK, "restored transparent_hugepage/enabled = never")]
 
     def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:

@@ -1,20 +1,24 @@
-"""The Textual app: one mode per screen (keys 1-6), the check results every screen shares, and the
-worker that runs the checks. Built by `make_app(backend)`, so the CLI, the tests and the snapshot
-tests build the same app."""
+"""The Textual app: one mode per screen (keys 1-6), the check results every screen shares, the
+worker that runs the checks, and the actions of the command palette (commands.py). Built by
+`make_app(backend)`, so the CLI, the tests and the snapshot tests build the same app."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from textual import work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 
 from nodeagent.tui import messages
+from nodeagent.tui.commands import NodeAgentCommands
 
 if TYPE_CHECKING:
     from nodeagent.engine import CheckResult
     from nodeagent.tui.backend import Backend
+    from nodeagent.tui.screens.bench import BenchScreen
+    from nodeagent.tui.screens.tune import TuneScreen
 
 SCREENS = ("overview", "checks", "topology", "tune", "bench", "cluster")
 
@@ -34,6 +38,7 @@ class NodeAgentApp(App[None]):
     CSS_PATH = "nodeagent.tcss"
     TITLE = "nodeagent"
     MODES: ClassVar[dict[str, Any]] = {name: _mode(name) for name in SCREENS}
+    COMMANDS = App.COMMANDS | {NodeAgentCommands}  # Textual's own (theme, keys, quit) stay
     BINDINGS: ClassVar[list[BindingType]] = [
         # Short labels: a screen's own keys and these must fit an 80-column footer.
         Binding("1", "switch_mode('overview')", "Node", tooltip="Overview: the node at a glance"),
@@ -102,6 +107,39 @@ class NodeAgentApp(App[None]):
         self.notify(
             f"{message.what}: {message.error}", title="error", severity="error", timeout=10, markup=False
         )
+
+    # -- the command palette's actions (commands.py): the screens' own actions and workers -------
+    def action_run_checks(self) -> None:
+        self.run_checks()
+
+    async def action_plan(self) -> None:
+        tune = await self._show("tune")
+        if tune is not None:
+            cast("TuneScreen", tune).plan()
+
+    async def action_bench(self, quick: bool) -> None:
+        bench = cast("BenchScreen | None", await self._show("bench"))
+        if bench is None:
+            return
+        if quick:
+            bench.action_start(True)
+        else:
+            bench.action_confirm_full()  # minutes of every CPU: asked first, as with B
+
+    async def action_revert(self, which: str) -> None:
+        """`which`: "last" or "all" (TuneScreen.revert); confirmed on the Tune screen."""
+        tune = cast("TuneScreen | None", await self._show("tune"))
+        if tune is not None:
+            tune.when_loaded(lambda: tune.revert(which))
+
+    async def _show(self, mode: str) -> Screen[Any] | None:
+        """Switch to `mode` and return its screen, mounted; None, said, while a dialog is open over
+        it (a confirmation waits for an answer: a command must not stack another on top)."""
+        await self.switch_mode(mode)
+        if len(self.screen_stack) > 1:
+            self.notify("answer the open dialog first", severity="warning")
+            return None
+        return self.screen_stack[0]
 
     def _forward(self, message: Any) -> None:
         """Screens render from `results`; the one on show is told at once (others refresh when shown)."""

@@ -9,9 +9,11 @@ event loop. None of them imports TensorFlow, pynvml or paramiko until it is call
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -25,7 +27,43 @@ if TYPE_CHECKING:
     from nodeagent.finding import Finding
     from nodeagent.journal import Journal
     from nodeagent.playbook import Playbook
-    from nodeagent.tune import Plan
+    from nodeagent.tune import Change, Plan
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class SavedProfile:
+    """The profile `nodeagent exec --profile NAME` applies, as it is on disk (nodeagent.profile):
+    what `tune --apply` (or an apply in the TUI) saved there, read before the plan is shown."""
+
+    name: str
+    path: Path
+    doc: dict[str, Any]
+
+    def value_at(self, key: str) -> Any:
+        """The value under a dotted `profile_key` ("env.OMP_NUM_THREADS"), or _ABSENT."""
+        node: Any = self.doc
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return _ABSENT
+            node = node[part]
+        return node
+
+    def holds(self, change: Change) -> bool:
+        """Whether the profile already holds `change`'s value under its `profile_key`: applying it
+        again would save what is there. Compared as the JSON the profile stores (profile.merged):
+        tuples are lists, keys are strings."""
+        if change.profile_key is None:
+            return False
+        saved = self.value_at(change.profile_key)
+        if saved is _ABSENT:
+            return False
+        try:
+            planned = json.loads(json.dumps(change.value))
+        except (TypeError, ValueError):  # not JSON: the profile could not hold it
+            return False
+        return bool(saved == planned)
 
 
 class Backend(Protocol):
@@ -52,6 +90,10 @@ class Backend(Protocol):
     def plans(self) -> list[Plan]: ...
 
     def apply(self, plans: list[Plan]) -> ApplyResult: ...
+
+    def saved_profile(self) -> SavedProfile | None:
+        """The profile that apply saves process settings to, as it is now; None when there is no
+        such file. A file that is there but not a readable profile raises (UsageError)."""
 
     def journals(self) -> list[Journal]: ...
 
@@ -141,6 +183,12 @@ class LocalBackend:
         with self._host() as host:
             return apply.apply(host, plans, self.profile, verifiers=verifiers)
 
+    def saved_profile(self) -> SavedProfile | None:
+        from nodeagent import profile
+
+        doc = profile.load_if_present(self.profile)  # where apply.apply saves (the state folder)
+        return None if doc is None else SavedProfile(self.profile, profile.profile_path(self.profile), doc)
+
     def journals(self) -> list[Journal]:
         from nodeagent import journal
 
@@ -175,8 +223,6 @@ class LocalBackend:
 
         if self.inventory_path is None:
             raise UsageError("no inventory: start with `nodeagent tui --cluster hosts.yml`")
-        from pathlib import Path
-
         return inventory.load_inventory(Path(self.inventory_path))
 
     def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:

@@ -1,14 +1,23 @@
 """Tune: the tuners' plan as before -> after rows, a choice of which changes to apply, the apply
 (confirmed, journaled, verified by the backend) and the revert of an earlier apply's journal.
 
+Only process-scope changes start selected: they go to the profile that `nodeagent exec` applies to
+one job, while a runtime change rewrites a system-wide setting as root, which a person chooses.
 Boot-scope changes (the kernel command line) are advice: shown, never selectable, as `nodeagent
-tune --apply` never writes them either. Where the backend can only plan (a snapshot, not root) the
-reason is on screen and apply/revert refuse, saying it.
+tune --apply` never writes them either. A change applied here shows as applied and cannot be
+selected again until its journal is reverted: the plan made after an apply still lists what a
+tuner computes from the node (a profile setting is not a node value), and applying it twice would
+journal nothing new. Likewise a process-scope change whose value the profile already holds (saved
+by `nodeagent tune --apply` or an apply before this TUI started; read with each plan) shows as
+applied, "in profile <path>": runtime changes need no such check, as a tuner plans one only where
+the live value differs. Where the backend can only plan (a snapshot, not root) the reason is on
+screen and apply/revert refuse, saying it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +33,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
+from nodeagent.journal import REVERTED
 from nodeagent.render.table import SCOPE_STYLE, findings_lines
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tune import Change, Plan, Scope
@@ -32,35 +42,83 @@ if TYPE_CHECKING:
     from nodeagent.apply import ApplyResult
     from nodeagent.finding import Finding
     from nodeagent.journal import Journal
+    from nodeagent.tui.backend import SavedProfile
 
 BOOT_ADVICE = "boot-scope changes (kernel command line) are advice: shown, not selectable"
+APPLIED_MARK = "ok"  # an applied change (here, or saved in the profile): not selectable
+NO_JOURNAL = ""  # what `applied` records for changes an apply found already in place (no journal)
 MARK_WIDTH = 3
 SCOPE_WIDTH = 7  # "runtime", "process"
 _CONFIRM_LINES = 8  # changes listed in the confirmation before "... and N more"
 
 
+ChangeKey = tuple[str, str, str, str]
+
+
+def change_key(c: Change) -> ChangeKey:
+    """A change as it is across plans: a plan made after an apply holds new Change objects, and
+    `before` differs once the value is in place, so neither identity nor equality would do."""
+    return (c.tuner, c.scope.value, c.target, c.after)
+
+
 @dataclass(frozen=True)
 class Row:
-    """One row of the plan: a change, or the note of a tuner with nothing to change."""
+    """One row of the plan: a change, or the note of a tuner with nothing to change. `applied` is
+    the journal of the apply that made the change here (NO_JOURNAL: it was already in place);
+    `saved`, the profile that already holds a process change's value (its path)."""
 
     plan: Plan
     change: Change | None = None
     note: str | None = None
+    applied: str | None = None
+    saved: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """Applied here, or in the profile already: shown `ok`, never selected."""
+        return self.applied is not None or self.saved is not None
 
     @property
     def selectable(self) -> bool:
-        return self.change is not None and self.change.scope is not Scope.BOOT
+        return self.change is not None and self.change.scope is not Scope.BOOT and not self.done
+
+    @property
+    def preselected(self) -> bool:
+        return self.selectable and self.change is not None and self.change.scope is Scope.PROCESS
 
 
-def rows_of(plans: list[Plan]) -> dict[str, Row]:
-    """Row key -> row, in plan order: every change, and one note row for each tuner with none."""
+def rows_of(
+    plans: list[Plan], applied: dict[ChangeKey, str] | None = None, saved: SavedProfile | None = None
+) -> dict[str, Row]:
+    """Row key -> row, in plan order: every change (marked when `applied` holds it, or when it is
+    process-scope and the `saved` profile holds its value), and one note row for each tuner with
+    none."""
     rows: dict[str, Row] = {}
     for pi, p in enumerate(plans):
         for ci, c in enumerate(p.changes):
-            rows[f"c{pi}.{ci}"] = Row(p, change=c)
+            in_profile = saved is not None and c.scope is Scope.PROCESS and saved.holds(c)
+            rows[f"c{pi}.{ci}"] = Row(
+                p,
+                change=c,
+                applied=(applied or {}).get(change_key(c)),
+                saved=str(saved.path) if saved is not None and in_profile else None,
+            )
         if not p.changes:
             rows[f"n{pi}"] = Row(p, note=p.notes[0] if p.notes else "nothing to change")
     return rows
+
+
+def preselection(rows: dict[str, Row]) -> set[str]:
+    """The rows selected when a plan arrives: process-scope changes not applied yet (here, or
+    saved in the profile)."""
+    return {k for k, r in rows.items() if r.preselected}
+
+
+def pending_journals(journals: list[Journal], which: str) -> list[str]:
+    """The journals a palette revert undoes, newest first: the `last` apply not yet reverted, or
+    `all` of them (as `nodeagent revert --all`). Journals come oldest first."""
+    ids = [j.id for j in reversed(journals) if j.state != REVERTED]
+    return ids[:1] if which == "last" else ids
 
 
 def selected_plans(plans: list[Plan], rows: dict[str, Row], selected: set[str]) -> list[Plan]:
@@ -75,10 +133,12 @@ def selected_plans(plans: list[Plan], rows: dict[str, Row], selected: set[str]) 
 
 
 def mark(row: Row, selected: bool, read_only: bool = False) -> Text:
-    """Readable without colour: [x] selected, [ ] not, - advice (boot), blank for a note and when
-    nothing can be applied here (read-only)."""
+    """Readable without colour: [x] selected, [ ] not, ok applied (here or in the profile), -
+    advice (boot), blank for a note and when nothing can be applied here (read-only)."""
     if row.change is None or read_only:
         return Text("")
+    if row.done:
+        return Text(APPLIED_MARK, style="bold green")
     if not row.selectable:
         return Text(" - ", style="dim")
     return Text("[x]" if selected else "[ ]", style="bold" if selected else "")
@@ -96,12 +156,33 @@ def change_detail(row: Row) -> Table:
         if c.scope is Scope.BOOT:
             scope.append(" (advice: not applied here; edit the boot loader and reboot)", style="")
         t.add_row("change", Text.assemble(f"{c.tuner}: ", c.target, " [", scope, "]"))
+        if row.applied is not None:
+            t.add_row("state", Text(applied_text(row.applied), style="green"))
+        if row.saved is not None:
+            t.add_row("profile", Text(saved_text(row.saved), style="green"))
         t.add_row("before", Text(c.before))
         t.add_row("after", Text(c.after, style="green"))
         t.add_row("why", Text(c.why))
     for note in row.plan.notes:
         t.add_row("note", Text(note, style="dim"))
     return t
+
+
+def applied_text(journal_id: str) -> str:
+    if journal_id == NO_JOURNAL:
+        return "already in place when applied here: not selected again"
+    return f"applied here, journal {journal_id}: not selected again until it is reverted (v)"
+
+
+def saved_text(path: str) -> str:
+    return f"in profile {path} (`nodeagent exec` applies it): not selected again"
+
+
+def done_text(row: Row) -> str:
+    """Why a row is `ok`: applied here (its journal) first, else the profile holding it."""
+    if row.applied is not None:
+        return applied_text(row.applied)
+    return saved_text(row.saved or "")
 
 
 def apply_report(result: ApplyResult) -> Group:
@@ -130,10 +211,13 @@ class PlansLoaded(Message):
     plans: list[Plan]
     read_only: str | None
     error: str | None = None
+    saved: SavedProfile | None = None  # the profile as read with the plan (None: there is none)
+    profile_error: str | None = None  # it could not be read: the plan is shown, nothing marked so
 
 
 @dataclass
 class Applied(Message):
+    plans: list[Plan]  # what was sent to the backend: the changes now applied, on success
     result: ApplyResult | None
     error: str | None = None
 
@@ -141,12 +225,13 @@ class Applied(Message):
 @dataclass
 class JournalsLoaded(Message):
     journals: list[Journal]
+    which: str  # "pick" (v: the picker), "last" or "all" (the command palette)
     error: str | None = None
 
 
 @dataclass
 class Reverted(Message):
-    journal_id: str
+    journal_ids: list[str]  # reverted, in order (those before the failing one, on error)
     findings: list[Finding]
     error: str | None = None
 
@@ -204,7 +289,12 @@ class TuneScreen(Screen[None]):
         self.selected: set[str] = set()
         self.read_only: str | None = None
         self.loaded = False
+        self.planning = False  # a plan worker is running
         self.busy: str | None = None  # "applying" / "reverting" while a worker changes the node
+        # Changes applied from this screen -> their journal; forgotten when it is reverted.
+        self.applied: dict[ChangeKey, str] = {}
+        self.saved: SavedProfile | None = None  # the profile, read again with each plan
+        self.pending: Callable[[], None] | None = None  # a palette command waiting for the plan
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -217,12 +307,32 @@ class TuneScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#tune-result").display = False
-        self.load_plans()
+        self.plan()
 
     def action_reload(self) -> None:
-        self.load_plans()
+        self.plan()
+
+    def when_loaded(self, then: Callable[[], None]) -> None:
+        """Run `then` now if the plan is in, else once it is: the command palette (app.py) may open
+        this screen to revert, and whether this node can be changed comes with the plan."""
+        if self.loaded:
+            then()
+        else:
+            self.pending = then
+            self.plan()  # waits for a plan being made; asks again after one that failed
 
     # -- the plan ---------------------------------------------------------------------------------
+    def plan(self, again: bool = False) -> None:
+        """Ask for the plan. A plan being made is the answer (`r`, or the palette, on a screen that
+        has just opened) unless `again`: after an apply or a revert, only a new plan says what is
+        left."""
+        if self.planning and not again:
+            return
+        self.planning = True
+        if self.loaded:
+            self.render_state()
+        self.load_plans()
+
     @work(thread=True, exclusive=True, group="tune-plan")
     def load_plans(self) -> None:
         app: Any = self.app
@@ -232,22 +342,36 @@ class TuneScreen(Screen[None]):
         except Exception as e:
             self.post_message(PlansLoaded([], None, error=f"planning: {e}"))
             return
-        self.post_message(PlansLoaded(plans, read_only))
+        # Read with the plan, so the rows it already holds are never preselected, not even briefly.
+        try:
+            saved = app.backend.saved_profile()
+        except Exception as e:  # an unreadable profile file (UsageError): said, the plan still shown
+            self.post_message(PlansLoaded(plans, read_only, profile_error=f"reading the profile: {e}"))
+            return
+        self.post_message(PlansLoaded(plans, read_only, saved=saved))
 
     def on_plans_loaded(self, message: PlansLoaded) -> None:
+        self.planning = False
         if message.error is not None:
+            self.pending = None  # the error says why the command cannot run
             self.query_one("#tune-state", Static).update(Text(message.error, style="red"))
             self.app.notify(message.error, title="error", severity="error", markup=False)
             return
         self.plans = message.plans
         self.read_only = message.read_only
-        self.rows = rows_of(self.plans)
-        # Everything selectable starts selected, as `nodeagent tune --apply` applies the whole plan;
-        # nothing happens before the confirmation.
-        self.selected = {k for k, r in self.rows.items() if r.selectable and not self.read_only}
+        self.saved = message.saved
+        if message.profile_error is not None:
+            self.app.notify(message.profile_error, title="profile", severity="warning", markup=False)
+        self.rows = rows_of(self.plans, self.applied, self.saved)
+        # Not the whole plan, as `nodeagent tune --apply` would: a runtime change rewrites a
+        # system-wide setting as root, and a person opts into it (module docstring).
+        self.selected = set() if self.read_only else preselection(self.rows)
         self.loaded = True
         self.build_table()
         self.render_state()
+        if self.pending is not None:
+            then, self.pending = self.pending, None
+            then()
 
     def _widths(self) -> tuple[int, int, int]:
         """Tuner, target and before -> after widths that fill the screen (no horizontal scroll)."""
@@ -304,12 +428,15 @@ class TuneScreen(Screen[None]):
             line.append("READ-ONLY: ", style="bold yellow")
             line.append(f"{self.read_only}\n")
         line.append(f"{len(changes)} change(s) from {len({r.plan.tuner for r in changes})} tuner(s)")
+        applied = sum(r.done for r in changes)
+        if applied:
+            line.append(f"; {applied} applied ({APPLIED_MARK})")
         if not self.read_only:
             line.append(f"; {len(self.selected)} of {len(selectable)} selected (space, a; p applies)")
-        if any(r.change is not None and not r.selectable for r in self.rows.values()):
+        if any(r.change.scope is Scope.BOOT for r in changes if r.change is not None):
             line.append(f"; {BOOT_ADVICE}", style="dim")
-        if self.busy:
-            line.append(f"; {self.busy}...", style="bold")
+        if self.busy or self.planning:
+            line.append(f"; {self.busy or 'planning'}...", style="bold")
         self.query_one("#tune-state", Static).update(line)
 
     def _current(self) -> tuple[str, Row] | None:
@@ -347,6 +474,10 @@ class TuneScreen(Screen[None]):
         if row.change is None:
             self.app.notify(f"{row.plan.tuner} has nothing to change", markup=False)
             return
+        if row.done:
+            what = f"{row.plan.tuner}: {row.change.target}"
+            self.app.notify(f"{what}: {done_text(row)}", markup=False)
+            return
         if not row.selectable:
             self.app.notify(f"{row.plan.tuner}: {BOOT_ADVICE}", severity="warning", markup=False)
             return
@@ -365,7 +496,10 @@ class TuneScreen(Screen[None]):
 
     # -- apply ------------------------------------------------------------------------------------
     def _can_change(self, what: str) -> bool:
-        if not self.loaded or self._refuse_if_read_only(what):
+        if not self.loaded:
+            self.app.notify(f"cannot {what} yet: the plan is not in", severity="warning", markup=False)
+            return False
+        if self._refuse_if_read_only(what):
             return False
         if self.busy:
             self.app.notify(f"wait: {self.busy}", severity="warning", markup=False)
@@ -402,20 +536,32 @@ class TuneScreen(Screen[None]):
         try:
             result = app.backend.apply(plans)
         except Exception as e:  # UsageError (not root, a write refused) included: said, not raised
-            self.post_message(Applied(None, error=f"applying the plan: {e}"))
+            self.post_message(Applied(plans, None, error=f"applying the plan: {e}"))
             return
-        self.post_message(Applied(result))
+        self.post_message(Applied(plans, result))
 
     def on_applied(self, message: Applied) -> None:
         self.busy = None
         if message.error is not None or message.result is None:
+            # A failed apply undid its writes (apply.apply): nothing is marked applied.
             self._show_result(Text(message.error or "apply failed", style="red"))
             self.app.notify(message.error or "apply failed", title="error", severity="error", markup=False)
         else:
+            self._mark_applied(message.plans, message.result)
             self._show_result(apply_report(message.result))
             self.app.notify("applied: see the verification under the plan", markup=False)
         self.render_state()
-        self.load_plans()  # what is left to do, now
+        self.plan(again=True)  # what is left to do, now
+
+    def _mark_applied(self, plans: list[Plan], result: ApplyResult) -> None:
+        """Record the changes sent as applied (no-ops included: their value is in place) and show
+        them so at once, unselected, rather than after the new plan."""
+        journal_id = result.journal.id if result.journal is not None else NO_JOURNAL
+        for c in (c for p in plans for c in p.changes if c.scope is not Scope.BOOT):
+            self.applied[change_key(c)] = journal_id
+        self.rows = rows_of(self.plans, self.applied, self.saved)
+        self.selected = {k for k in self.selected if k in self.rows and self.rows[k].selectable}
+        self.build_table()
 
     def _show_result(self, renderable: RenderableType) -> None:
         result = self.query_one("#tune-result", Static)
@@ -424,18 +570,23 @@ class TuneScreen(Screen[None]):
 
     # -- revert -----------------------------------------------------------------------------------
     def action_revert(self) -> None:
+        self.revert("pick")
+
+    def revert(self, which: str) -> None:
+        """Revert a journal chosen in the picker (`pick`, the v key), the `last` apply or `all` of
+        them (the command palette); always behind a confirmation."""
         if self._can_change("revert"):
-            self.load_journals()
+            self.load_journals(which)
 
     @work(thread=True, exclusive=True, group="tune-journals")
-    def load_journals(self) -> None:
+    def load_journals(self, which: str) -> None:
         app: Any = self.app
         try:
             journals = app.backend.journals()
         except Exception as e:
-            self.post_message(JournalsLoaded([], error=f"reading the journals: {e}"))
+            self.post_message(JournalsLoaded([], which, error=f"reading the journals: {e}"))
             return
-        self.post_message(JournalsLoaded(journals))
+        self.post_message(JournalsLoaded(journals, which))
 
     def on_journals_loaded(self, message: JournalsLoaded) -> None:
         if message.error is not None:
@@ -444,47 +595,62 @@ class TuneScreen(Screen[None]):
         if not message.journals:
             self.app.notify("no journal to revert: nothing has been applied here", severity="warning")
             return
-        self.app.push_screen(JournalPicker(message.journals), self._journal_chosen)
+        if message.which == "pick":
+            self.app.push_screen(JournalPicker(message.journals), self._journal_chosen)
+            return
+        ids = pending_journals(message.journals, message.which)
+        if not ids:
+            self.app.notify("nothing to revert: every journal is already reverted", severity="warning")
+            return
+        self._confirm_revert(ids)
 
     def _journal_chosen(self, journal_id: str | None) -> None:
-        if journal_id is None:
-            return
+        if journal_id is not None:
+            self._confirm_revert([journal_id])
 
+    def _confirm_revert(self, journal_ids: list[str]) -> None:
         def answered(yes: bool | None) -> None:
             if yes:
                 self.busy = "reverting"
                 self.render_state()
-                self.run_revert(journal_id)
+                self.run_revert(journal_ids)
 
-        self.app.push_screen(
-            ConfirmScreen(
-                f"Revert journal {journal_id}?",
-                "Writes back every value it saved and restores the profile file it changed.",
-            ),
-            answered,
-        )
+        what = "Writes back every value it saved and restores the profile file it changed."
+        if len(journal_ids) == 1:
+            question = f"Revert journal {journal_ids[0]}?"
+        else:
+            question = f"Revert {len(journal_ids)} journals, newest first?"
+            what = "\n".join([*journal_ids, "Each writes back every value it saved and its profile file."])
+        self.app.push_screen(ConfirmScreen(question, what), answered)
 
     @work(thread=True, exclusive=True, group="tune-change")
-    def run_revert(self, journal_id: str) -> None:
+    def run_revert(self, journal_ids: list[str]) -> None:
+        """One journal after another, newest first; a failure stops there, saying which reverted."""
         app: Any = self.app
-        try:
-            findings = app.backend.revert(journal_id)
-        except Exception as e:
-            self.post_message(Reverted(journal_id, [], error=f"reverting {journal_id}: {e}"))
-            return
-        self.post_message(Reverted(journal_id, findings))
+        done: list[str] = []
+        findings: list[Finding] = []
+        for journal_id in journal_ids:
+            try:
+                findings += app.backend.revert(journal_id)
+            except Exception as e:
+                self.post_message(Reverted(done, findings, error=f"reverting {journal_id}: {e}"))
+                return
+            done.append(journal_id)
+        self.post_message(Reverted(done, findings))
 
     def on_reverted(self, message: Reverted) -> None:
         self.busy = None
+        # The changes of a reverted journal are no longer applied: the new plan may select them.
+        reverted = set(message.journal_ids)
+        self.applied = {k: j for k, j in self.applied.items() if j not in reverted}
+        parts: list[RenderableType] = []
+        if message.journal_ids:
+            plural = "s" if len(message.journal_ids) > 1 else ""
+            parts.append(Text(f"reverted journal{plural} {', '.join(message.journal_ids)}", style="bold"))
         if message.error is not None:
-            self._show_result(Text(message.error, style="red"))
+            parts.append(Text(message.error, style="red"))
             self.app.notify(message.error, title="error", severity="error", markup=False)
-        else:
-            self._show_result(
-                Group(
-                    Text(f"reverted journal {message.journal_id}", style="bold"),
-                    findings_lines(message.findings),
-                )
-            )
+        parts.append(findings_lines(message.findings))
+        self._show_result(Group(*parts))
         self.render_state()
-        self.load_plans()
+        self.plan(again=True)
