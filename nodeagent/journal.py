@@ -32,7 +32,9 @@ class JournalWrite:
 
 @dataclass
 class JournalFile:
-    """A whole file nodeagent replaced (a profile): its previous content, None when it was absent."""
+    """A whole file nodeagent replaced: its previous content, None when it was absent (revert then
+    removes it). In `files`, a file of this machine's state folder (a profile); in `host_files`, a
+    file of the tuned host, written and restored through the Host (--persist: /etc/sysctl.d, TuneD)."""
 
     path: str
     before: str | None
@@ -49,6 +51,12 @@ class Journal:
     writes: list[JournalWrite] = field(default_factory=list)
     files: list[JournalFile] = field(default_factory=list)
     profile: str | None = None
+    host_files: list[JournalFile] = field(default_factory=list)
+    # Folders of the host an apply created for its host_files; revert removes them when empty.
+    host_dirs: list[str] = field(default_factory=list)
+    # Nanoseconds since the epoch: orders journals of the same second (ids and `created` have whole
+    # seconds), so `revert --all` undoes two quick applies newest first. 0 in older journals.
+    created_ns: int = 0
     path: Path = field(default=Path(), repr=False)
 
     def save(self) -> None:
@@ -69,17 +77,24 @@ def create(
     files: list[JournalFile],
     profile: str | None,
     base: Path | None = None,
+    host_files: list[JournalFile] | None = None,
+    host_dirs: list[str] | None = None,
 ) -> Journal:
     """Write a new journal (state "applying") to disk, durably, and return it."""
-    jid = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    now_ns = time.time_ns()
+    now = time.gmtime(now_ns // 1_000_000_000)
+    jid = time.strftime("%Y%m%dT%H%M%SZ", now) + "-" + secrets.token_hex(3)
     j = Journal(
         id=jid,
         host=host,
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
+        created_ns=now_ns,
         state=APPLYING,
         writes=writes,
         files=files,
         profile=profile,
+        host_files=list(host_files or []),
+        host_dirs=list(host_dirs or []),
         path=journal_dir(base) / f"{jid}.json",
     )
     try:
@@ -102,6 +117,10 @@ def load(path: Path) -> Journal:
             writes=[JournalWrite(**w) for w in doc["writes"]],
             files=[JournalFile(**f) for f in doc["files"]],
             profile=doc.get("profile"),
+            # Journals written before --persist existed have neither.
+            host_files=[JournalFile(**f) for f in doc.get("host_files", [])],
+            host_dirs=list(doc.get("host_dirs", [])),
+            created_ns=int(doc.get("created_ns", 0)),
             path=path,
         )
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -109,9 +128,10 @@ def load(path: Path) -> Journal:
 
 
 def all_journals(base: Path | None = None) -> list[Journal]:
-    """Every journal, oldest first (ids sort by time)."""
+    """Every journal, oldest first (ids sort by the second; created_ns within one)."""
     folder = journal_dir(base)
-    return [load(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    journals = [load(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return sorted(journals, key=lambda j: (j.created, j.created_ns, j.id))
 
 
 def find(jid: str, base: Path | None = None) -> Journal:

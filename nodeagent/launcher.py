@@ -14,7 +14,8 @@ torchrun and mpirun expect of the command they start. What is prepared before th
 - the tf.data hook: nodeagent/hooks on PYTHONPATH (a `sitecustomize` that sets default
   tf.data options) with the options in NODEAGENT_TF_DATA_OPTIONS.
 
-Every failure the user can fix is a UsageError: one line, exit 64, never a traceback.
+Every failure the user can fix is a UsageError: one line, exit 64, never a traceback. A profile that
+does not exist is not one: the job runs unchanged after a warning (see `run`).
 """
 
 from __future__ import annotations
@@ -511,12 +512,35 @@ def execute(launch: Launch, machine: Machine) -> None:
         raise err from None
 
 
+def no_profile_warning(name: str, path: Path) -> str:
+    return (
+        f"no profile {name} at {path}: running the job unchanged; create one with "
+        f"`nodeagent tune --apply --profile {name}`"
+    )
+
+
 def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False) -> int:
-    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run)."""
+    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run).
+
+    Without the profile the job runs unchanged, after one warning on stderr: the shipped launchers
+    (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and a node
+    where nobody ran `tune --apply` must still run the job, as it would without nodeagent. A
+    profile that exists but cannot be read stays an error (exit 64): running unpinned in silence
+    when pinning was asked for hides the fault."""
     path = profile.profile_path(profile_name)
-    doc = profile.load(profile_name)
+    doc = profile.load_if_present(profile_name)
     machine = read_machine()
-    launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
+    if doc is None:
+        warning = no_profile_warning(profile_name, path)
+        print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
+        # An empty profile: no binding, no environment, no hook. The rank selects nothing, so a
+        # launcher's rank variable is not even parsed: the job runs exactly as it would without us.
+        launch = prepare({}, str(path), command, local_rank or 0, os.environ, machine)
+        launch.rank_source = "none (no profile)"
+        if dry_run:
+            launch.notes.append(warning)
+    else:
+        launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
     if dry_run:
         print(json.dumps(launch.to_dict(os.environ), indent=2))
         return 0

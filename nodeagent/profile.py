@@ -53,6 +53,17 @@ def load(name: str, base: Path | None = None) -> dict[str, Any]:
     return doc
 
 
+def load_if_present(name: str, base: Path | None = None) -> dict[str, Any] | None:
+    """The profile, or None when there is no such file; a file that is there but unreadable or
+    not a profile is still a UsageError."""
+    try:
+        return load(name, base)
+    except UsageError:
+        if profile_path(name, base).exists():
+            raise
+        return None
+
+
 def merged(doc: dict[str, Any], settings: list[tuple[str, Any]], name: str, host: str) -> dict[str, Any]:
     """`doc` with each (dotted key, value) set; the tuners of this apply overwrite what they own."""
     out: dict[str, Any] = json.loads(json.dumps(doc))  # a deep copy of plain JSON data

@@ -10,8 +10,10 @@ verification reported as Findings rather than booleans.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -120,6 +122,82 @@ class Tuner(Generic[F, P]):
 
     def run_plan(self, host: Host, params: P) -> Plan:
         return self.plan(self.collect(host), params)
+
+
+# -- one rank layout for every planner --------------------------------------------------------------
+
+# The parameters of the rank layout (nodeagent.facts.ranks.build) that several tuners take: the
+# count of local ranks above all, which numa-pinning binds, tf-threads divides the cores by,
+# pinned-memory divides host memory by and tf-data sizes its pool for. One node runs one layout, so
+# these are one input of the planning, given once: --ranks N, or any tuner's own value (all that
+# are given must agree), numa-pinning's (the tuner that binds the ranks) named first.
+LAYOUT_PARAMS = ("ranks", "cpu_only", "split_shared_nodes")
+LAYOUT_OWNER = "numa-pinning"
+
+
+def _takes(tuner: Tuner[Any, Any], name: str) -> bool:
+    return name in {f.name for f in dataclasses.fields(tuner.params)}
+
+
+def share_layout(
+    tuners: Sequence[Tuner[Any, Any]],
+    overrides: Mapping[str, Mapping[str, Any]],
+    ranks: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each tuner's parameter overrides, with the layout parameters made one: `ranks` (--ranks) or
+    the value a tuner was given is set for every tuner that takes it and was not given one. Two
+    different values are a UsageError: the plans would bind, size and divide for different ranks."""
+    from nodeagent.errors import UsageError
+
+    out = {t.id: dict(overrides.get(t.id, {})) for t in tuners}
+    order = sorted(tuners, key=lambda t: t.id != LAYOUT_OWNER)  # numa-pinning's value named first
+    for name in LAYOUT_PARAMS:
+        given = {t.id: out[t.id][name] for t in order if name in out[t.id]}
+        if name == "ranks" and ranks is not None:
+            clash = {tid: v for tid, v in given.items() if v != ranks}
+            if clash:
+                tid, v = next(iter(clash.items()))
+                raise UsageError(
+                    f"--ranks {ranks} and {tid}.ranks={v} disagree: the node runs one rank layout; "
+                    "give the count once, with --ranks"
+                )
+            given = {"--ranks": ranks}
+        if len(set(map(repr, given.values()))) > 1:
+            shown = " and ".join(f"{tid}.{name}={v}" for tid, v in given.items())
+            raise UsageError(
+                f"{shown} disagree: every tuner plans for the node's one rank layout; give it once"
+                + (" (--ranks N)" if name == "ranks" else f" (--set {LAYOUT_OWNER}.{name}=...)")
+            )
+        if not given:
+            continue
+        value = next(iter(given.values()))
+        for t in tuners:
+            if _takes(t, name):
+                out[t.id].setdefault(name, value)
+    return out
+
+
+# -- documentation of parameters ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParamDoc:
+    name: str
+    type: str
+    default: Any
+    why: str
+
+
+def param_docs(params: type[Any]) -> list[ParamDoc]:
+    """Every field of a Params dataclass: name, type, default and the reason given with `param()`."""
+    hints = typing.get_type_hints(params)
+    out = []
+    for f in dataclasses.fields(params):
+        hint = hints.get(f.name, f.type)
+        shown = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out.append(ParamDoc(f.name, shown, default, str(f.metadata.get("why", ""))))
+    return out
 
 
 def _same(read: str, written: str) -> bool:

@@ -277,7 +277,7 @@ def test_apply_verify_revert(tmp_path: Path, only: tuple[str, ...]) -> None:
 
     back = run("revert", "--all", state=state)
     assert back.returncode == 0, back.stdout + back.stderr
-    assert f"journal {j.id}: {len(expected)} value(s)" in back.stdout
+    assert f"reverted: journal {j.id}: {len(expected)} runtime value(s) restored" in back.stdout
     assert shown_by_kernel(contents(root), original) == original
     assert the_journal(state).state == journal.REVERTED
     assert not (state / "profiles" / "default.json").exists()  # the profile did not exist before
@@ -416,7 +416,7 @@ def test_non_root_cpu_governor_on_this_machine(shared_state: Path) -> None:
     else:
         # This VM has no cpufreq: nothing to write, so nothing needs root.
         assert proc.returncode == 0, proc.stderr
-        assert "nothing to apply" in proc.stdout
+        assert "applied: nothing" in proc.stdout
         assert any("nothing to plan" in n for n in plan["notes"])
     assert list(shared_state.iterdir()) == []
 

@@ -202,6 +202,53 @@ def test_a_profile_without_ranks_binds_nothing(state: Path, child: Path) -> None
     assert got["env"]["A"] == "1"
 
 
+# -- no profile: the job runs unchanged ------------------------------------------------------------
+
+
+def test_without_a_profile_the_job_runs_unchanged_after_one_warning(state: Path, child: Path) -> None:
+    """A node where nobody ran `tune --apply`: the launchers start every rank through `nodeagent
+    exec`, so the job must run as it would without nodeagent, with its own PID and exit code."""
+    path = state / "profiles" / "nosuch.json"
+    env = _env(state, False, state.parent, {"CHILD_EXIT": "7", "LOCAL_RANK": "not-a-number"})
+    proc = subprocess.Popen(
+        [*EXE, "--profile", "nosuch", "--", sys.executable, str(child)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 7, err  # the job's exit code: it ran
+    got = json.loads(out)
+    assert got["pid"] == proc.pid  # exec'd, as with a profile
+    assert got["affinity"] == sorted(os.sched_getaffinity(0)) and got["mempolicy"]["mode"] == "default"
+    # The environment is the caller's: no tf.data hook, no thread variables, nothing of ours.
+    assert {k: v for k, v in got["env"].items() if k != "LC_CTYPE"} == {
+        k: v for k, v in env.items() if k != "LC_CTYPE"
+    }
+    assert err.splitlines() == [
+        f"nodeagent exec: warning: no profile nosuch at {path}: running the job unchanged; create one "
+        "with `nodeagent tune --apply --profile nosuch`"
+    ]
+    plan = dry_run(state, ["--profile", "nosuch", "--", sys.executable, "-c", "pass"])
+    assert plan["argv"] == [sys.executable, "-c", "pass"] and plan["env"] == {"set": {}, "unset": []}
+    assert plan["affinity"] is None and plan["tf_data"] is None
+    assert plan["rank_source"] == "none (no profile)"
+    assert any("running the job unchanged" in n for n in plan["notes"])
+
+
+def test_without_a_profile_a_missing_command_is_still_127(state: Path) -> None:
+    proc = run_exec(state, ["--profile", "nosuch", "--", "no-such-command-here"])
+    assert proc.returncode == 127
+    assert "no profile nosuch" in proc.stderr and "no-such-command-here: command not found" in proc.stderr
+
+
+def test_a_corrupt_profile_is_still_an_error_not_a_silent_unpinned_run(state: Path, child: Path) -> None:
+    write_profile(state, "{not json")
+    line = _one_line_error(run_exec(state, ["--", sys.executable, str(child)]))
+    assert "not a readable profile" in line
+
+
 # -- rank selection ------------------------------------------------------------------------------
 
 
@@ -437,8 +484,6 @@ def test_corrupt_profiles_exit_64_with_one_line(state: Path, child: Path, doc: A
 
 
 def test_bad_invocations_exit_64_with_one_line(state: Path, child: Path) -> None:
-    line = _one_line_error(run_exec(state, ["--profile", "nosuch", "--", "true"]))
-    assert "no profile 'nosuch'" in line
     _two_ranks(state)
     line = _one_line_error(run_exec(state, ["--local-rank", "5", "--", sys.executable, str(child)]))
     assert "local rank 5 is not in profile" in line and "rank(s) 0-1" in line

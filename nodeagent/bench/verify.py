@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from nodeagent.bench import run, stats
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from nodeagent.apply import ApplyResult
     from nodeagent.finding import Finding
 
@@ -58,11 +60,15 @@ class VerifyResult:
     sizes: run.Sizes | None = None
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # What the benchmark showed, without the decision: both medians and intervals and the verdict
+    # of their ratio, or which benchmark failed (the tune story prints it before kept/reverted).
+    measured: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "decision": self.decision,
             "reason": self.reason,
+            "measured": self.measured,
             "exit_code": self.exit_code,
             "baseline": self.baseline.to_dict(),
             "tuned": None if self.tuned is None else self.tuned.to_dict(),
@@ -125,6 +131,7 @@ def verify(
             baseline,
             sizes=sizes,
             duration_s=time.monotonic() - start,
+            measured=f"the baseline benchmark failed ({baseline.reason})",
         )
     result = apply_fn()
     if result.journal is None:
@@ -136,6 +143,7 @@ def verify(
             applied=result,
             sizes=sizes,
             duration_s=time.monotonic() - start,
+            measured=f"{_shown(baseline)} only: nothing was applied, so there is nothing to compare",
         )
     journal = result.journal
     through_exec = profile.profile_path(profile_name).exists()
@@ -159,10 +167,12 @@ def verify(
     if tuned.status != run.OK:
         out.decision, out.exit_code = REVERTED, EXIT_BENCH_FAILED
         out.reason = f"the tuned benchmark failed ({tuned.reason}): no gain shown, changes reverted"
+        out.measured = f"the tuned benchmark failed ({tuned.reason}), after {_shown(baseline)}"
     else:
         cmp = stats.compare(tuned.groups, baseline.groups, names=("tuned", "baseline"))
         out.comparison = cmp
         both = f"{_shown(tuned)} vs {_shown(baseline)}"
+        out.measured = f"{both}; {cmp.reason}"
         if cmp.verdict == stats.FASTER:
             out.reason = f"kept: {both}; {cmp.reason}"
         else:
@@ -176,12 +186,26 @@ def verify(
 
 
 def print_result(v: VerifyResult) -> None:
-    from rich.table import Table
+    """The table, the decision and the revert's findings (the TUI and scripts; `nodeagent tune`
+    prints the table only, and the decision in its story)."""
     from rich.text import Text
 
     from nodeagent.render.table import console, findings_lines
 
     out = console()
+    out.print(result_table(v))
+    style = {KEPT: "bold green", REVERTED: "bold red"}.get(v.decision, "bold")
+    out.print(Text(v.reason, style=style))
+    if v.reverted:
+        out.print(findings_lines(v.reverted))
+    for note in v.notes:
+        out.print(Text(f"note: {note}", style="yellow"))
+
+
+def result_table(v: VerifyResult) -> Table:
+    """Baseline and tuned side by side: how each ran, status, median, interval, input wait."""
+    from rich.table import Table
+
     t = Table(title="nodeagent tune --verify: images/s of the user's pipeline", title_justify="left")
     for col in ("run", "how", "status", "median", "95% CI", "input wait"):
         t.add_column(col)
@@ -194,10 +218,4 @@ def print_result(v: VerifyResult) -> None:
             continue
         row = run.config_rows({c.name: c})[0]
         t.add_row(row[0], how[c.name], row[1], row[2], row[3], row[5])
-    out.print(t)
-    style = {KEPT: "bold green", REVERTED: "bold red"}.get(v.decision, "bold")
-    out.print(Text(v.reason, style=style))
-    if v.reverted:
-        out.print(findings_lines(v.reverted))
-    for note in v.notes:
-        out.print(Text(f"note: {note}", style="yellow"))
+    return t

@@ -178,3 +178,12 @@ class SubTree(Tree):
         if real is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         self.base.write(self._outer(real), value)
+
+    def put_file(self, path: str, text: str) -> None:
+        self.base.put_file(self._outer(path), text)
+
+    def remove_file(self, path: str) -> None:
+        self.base.remove_file(self._outer(path))
+
+    def remove_dir(self, path: str) -> None:
+        self.base.remove_dir(self._outer(path))

@@ -97,6 +97,19 @@ class Host(ABC):
         """Write a value (tuners only). Read-only hosts raise PermissionError."""
         raise PermissionError(f"{self.name}: this host is read-only")
 
+    def put_file(self, path: str, text: str) -> None:
+        """Create or replace a whole file atomically, creating missing folders (the persistent
+        configuration of `tune --apply --persist`). Read-only hosts raise PermissionError."""
+        raise PermissionError(f"{self.name}: this host is read-only")
+
+    def remove_file(self, path: str) -> None:
+        """Remove a file (revert of a file nodeagent created); FileNotFoundError when absent."""
+        raise PermissionError(f"{self.name}: this host is read-only")
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty folder nodeagent created; OSError when it is not empty."""
+        raise PermissionError(f"{self.name}: this host is read-only")
+
     # -- conveniences built on the primitives ---------------------------------------------------
     def read_value(self, path: str) -> str | None:
         """A one-value sysfs file, stripped of surrounding white space."""

@@ -41,6 +41,15 @@ class TreeHost(Host):
     def write(self, path: str, value: str) -> None:
         self.tree.write(path, value)
 
+    def put_file(self, path: str, text: str) -> None:
+        self.tree.put_file(path, text)
+
+    def remove_file(self, path: str) -> None:
+        self.tree.remove_file(path)
+
+    def remove_dir(self, path: str) -> None:
+        self.tree.remove_dir(path)
+
 
 class LocalHost(TreeHost):
     """This machine. `root` other than "/" confines reads and writes to a copy of a tree (tests)."""

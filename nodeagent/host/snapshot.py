@@ -84,9 +84,24 @@ class SnapshotHost(TreeHost):
         return meta if isinstance(meta, dict) else {}
 
     def write(self, path: str, value: str) -> None:
+        self._writable()
+        super().write(path, value)
+
+    def put_file(self, path: str, text: str) -> None:
+        self._writable()
+        super().put_file(path, text)
+
+    def remove_file(self, path: str) -> None:
+        self._writable()
+        super().remove_file(path)
+
+    def remove_dir(self, path: str) -> None:
+        self._writable()
+        super().remove_dir(path)
+
+    def _writable(self) -> None:
         if not self.writable:
             raise PermissionError(f"{self.name}: a snapshot is read-only")
-        super().write(path, value)
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         """The recorded output of a command: commands/<name>.txt (+ .exit and .err when it failed)."""

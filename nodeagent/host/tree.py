@@ -151,6 +151,16 @@ class Tree(ABC):
     def write(self, path: str, value: str) -> None:
         raise PermissionError(errno.EROFS, "read-only tree", path)
 
+    # Whole configuration files (`tune --apply --persist`: /etc/sysctl.d, a TuneD profile).
+    def put_file(self, path: str, text: str) -> None:
+        raise PermissionError(errno.EROFS, "read-only tree", path)
+
+    def remove_file(self, path: str) -> None:
+        raise PermissionError(errno.EROFS, "read-only tree", path)
+
+    def remove_dir(self, path: str) -> None:
+        raise PermissionError(errno.EROFS, "read-only tree", path)
+
 
 class LiveTree(Tree):
     """The real file system below `root` ("/" is this machine; another folder, a writable copy)."""
@@ -282,3 +292,50 @@ class LiveTree(Tree):
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         with open(self._outer(real), "w") as f:
             f.write(value)
+
+    def _folder(self, path: str) -> str:
+        """The real path of folder `path` inside the tree, created (0755) where missing."""
+        real = self.resolve(path)
+        if real is not None:
+            return real
+        parent = posixpath.dirname(path.rstrip("/")) or "/"
+        made = posixpath.join(self._folder(parent), posixpath.basename(path.rstrip("/")))
+        os.mkdir(self._outer(made), 0o755)
+        return made
+
+    def _entry(self, path: str) -> str:
+        """The outer path of the entry itself (its folder resolved, a link at the end kept)."""
+        parent = self.resolve(posixpath.dirname(path) or "/")
+        if parent is None:
+            raise FileNotFoundError(errno.ENOENT, "no such folder", posixpath.dirname(path))
+        return self._outer(posixpath.join(parent, posixpath.basename(path)))
+
+    def put_file(self, path: str, text: str) -> None:
+        """Create or replace a whole file (mode 0644), missing folders created: a temporary file in
+        the same folder, fsynced, renamed over the target, the folder fsynced, so a crash leaves
+        the old file or the new one (rename(2) is atomic), never half of one."""
+        folder = self._outer(self._folder(posixpath.dirname(path) or "/"))
+        target = os.path.join(folder, posixpath.basename(path))
+        tmp = f"{target}.nodeagent-{os.getpid()}.tmp"
+        try:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644), "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def remove_file(self, path: str) -> None:
+        os.unlink(self._entry(path))
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty folder (OSError ENOTEMPTY otherwise)."""
+        os.rmdir(self._entry(path))
