@@ -23,6 +23,7 @@ from nodeagent.cli_options import (
     output_option,
     playbook_option,
     root_option,
+    verbose_option,
     write_outputs,
 )
 from nodeagent.errors import UsageError
@@ -71,6 +72,7 @@ def cli() -> None:
 @playbook_option
 @baseline_option
 @output_option
+@verbose_option
 def check(
     root: str | None,
     only: str | None,
@@ -86,11 +88,13 @@ def check(
     playbook_name: str | None,
     baseline_path: Path | None,
     outputs: tuple[str, ...],
+    verbose: bool,
 ) -> None:
     """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings.
 
     With --playbook, its checks with its parameters, then its thresholds; with --baseline, what
-    differs from the baseline is flagged too.
+    differs from the baseline is flagged too. On a terminal, a table of every finding; piped, only
+    the findings that need attention, with their fixes (-v: the table).
     """
     from nodeagent import gate
     from nodeagent.render import jsonout
@@ -108,7 +112,10 @@ def check(
         job = CheckJob(
             selected, gate.check_params(pb, selected), timeout, remote_agent, playbook=pb, baseline=base
         )
-        fleet_report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, "check")
+        lost = gate.lost_hardware(pb)
+        fleet_report = command.run(
+            inv, job, fleet.parallel, fleet.accept_new_host_keys, "check", lost_hardware=lost
+        )
         sections = []
         if bandwidth:
             from nodeagent.cluster import bandwidth as bw
@@ -120,8 +127,8 @@ def check(
             fleet_report.extra = measured.to_dict()
             fleet_report.extra_status = measured.status()
             sections.append(measured.render())
-        command.emit(fleet_report, fmt, sections)
-        write_outputs(outputs, jsonout.document(fleet_report.to_dict()))
+        if not write_outputs(outputs, jsonout.document(fleet_report.to_dict())):
+            command.emit(fleet_report, fmt, sections)
         sys.exit(fleet_report.exit_code)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
@@ -135,13 +142,17 @@ def check(
     doc = jsonout.document(gate.document(report, pb, None, None))
     if facts_doc is not None:
         doc["facts"] = facts_doc
-    write_outputs(outputs, doc)
-    if fmt == "json":
+    if write_outputs(outputs, doc):
+        pass  # an --output FORMAT:- is what standard output carries
+    elif fmt == "json":
         click.echo(jsonout.dumps(doc))
     else:
-        from nodeagent.render import table
+        from nodeagent.render import table, text
 
-        table.console().print(table.report_table(report))
+        if verbose or table.stdout_is_terminal():
+            table.print_report(report)
+        else:
+            click.echo(text.problems(doc), nl=False)
     sys.exit(report.exit_code)
 
 
@@ -286,6 +297,19 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 @click.option(
     "--quick", is_flag=True, help="With --verify: the benchmark's quick mode (small data, few steps)."
 )
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=1),
+    help="Local ranks on this node, for every tuner that plans per rank (numa-pinning, tf-threads, "
+    "pinned-memory, tf-data); default: numa-pinning.ranks when set, else one per GPU (per NUMA node "
+    "without GPUs).",
+)
+@click.option(
+    "--persist",
+    is_flag=True,
+    help="With --apply: also keep runtime values across reboots (/proc/sys keys in "
+    "/etc/sysctl.d/90-nodeagent.conf; sysfs knobs in a TuneD profile where TuneD runs), journaled.",
+)
 @format_option
 @cluster_options
 @playbook_option
@@ -298,6 +322,8 @@ def tune(
     profile_name: str,
     verify: bool,
     quick: bool,
+    ranks: int | None,
+    persist: bool,
     fmt: str,
     fleet: Fleet,
     playbook_name: str | None,
@@ -306,9 +332,12 @@ def tune(
 
     With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
     With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
+    Exit codes: 0 planned, applied (or kept); 1 reverted by --verify, or a change took only in part
+    (a WARN read back); 2 a change did not take, or a benchmark failed; 64 bad input.
     """
     from nodeagent import tuners
     from nodeagent.host import open_host
+    from nodeagent.tune import share_layout
 
     inv = fleet.inventory(root)
     if inv is not None:
@@ -316,11 +345,13 @@ def tune(
         argv += [f"--only={only}"] if only else []
         argv += [f"--skip={skip}"] if skip else []
         argv += [f"--set={item}" for item in sets]
+        argv += [f"--ranks={ranks}"] if ranks else []
         argv += ["--apply"] if do_apply else []
+        argv += ["--persist"] if persist else []
         argv += ["--verify"] if verify else []
         argv += ["--quick"] if quick else []
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
-        _agent_on_fleet(inv, argv, fleet, fmt)
+        _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
 
     if verify:
         if not do_apply:
@@ -337,20 +368,26 @@ def tune(
     if unknown:
         raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
     from_playbook = pb.tuner_params if pb else {}
-    params = {
-        t.id: t.make_params({**from_playbook.get(t.id, {}), **overrides.get(t.id, {})}) for t in selected
-    }
+    requested = {t.id: {**from_playbook.get(t.id, {}), **overrides.get(t.id, {})} for t in selected}
+    shared = share_layout(selected, requested, ranks)
+    params = {t.id: t.make_params(shared[t.id]) for t in selected}
     with open_host(root, writable=do_apply and root is not None) as host:
         plans = [t.run_plan(host, params[t.id]) for t in selected]
         result = None
         checked = None
+        persisting = None
+        if persist:
+            from nodeagent import persist as persist_mod
+
+            runtime = [c for p in plans for c in p.changes]
+            persisting = persist_mod.plan(persist_mod.collect(host), runtime)
         if do_apply:
             from nodeagent import apply
 
             verifiers = {t.id: t.verify for t in selected if t.verify}
 
             def apply_now() -> apply.ApplyResult:
-                return apply.apply(host, plans, profile_name, verifiers=verifiers)
+                return apply.apply(host, plans, profile_name, verifiers=verifiers, persisting=persisting)
 
             if verify:
                 from nodeagent.bench import run
@@ -363,7 +400,12 @@ def tune(
                 result = checked.applied
             else:
                 result = apply_now()
-    _print_tune(host.name, plans, result, fmt, checked)
+    from nodeagent.render.tune_story import tune_story
+
+    story = tune_story(
+        plans, result, checked, do_apply=do_apply, profile_name=profile_name, persisting=persisting
+    )
+    _print_tune(host.name, plans, result, fmt, checked, story, persisting)
     from nodeagent.finding import worst
 
     if checked is not None and (checked.exit_code or result is None):
@@ -372,7 +414,15 @@ def tune(
         sys.exit(worst(f.status for f in result.findings).exit_code)
 
 
-def _print_tune(host: str, plans: list[Any], result: Any, fmt: str, checked: Any = None) -> None:
+def _print_tune(
+    host: str,
+    plans: list[Any],
+    result: Any,
+    fmt: str,
+    checked: Any = None,
+    story: list[str] | None = None,
+    persisting: Any = None,
+) -> None:
     if fmt == "json":
         from nodeagent.render import jsonout
 
@@ -387,10 +437,11 @@ def _print_tune(host: str, plans: list[Any], result: Any, fmt: str, checked: Any
             doc["verify"] = [f.to_dict() for f in result.findings]
         if checked is not None:
             doc["bench_verify"] = checked.to_dict()
+        if persisting is not None:
+            doc["persist"] = persisting.to_dict()
+        doc["story"] = story or []
         click.echo(jsonout.dumps(doc))
         return
-    from rich.text import Text
-
     from nodeagent.render import table
 
     out = table.console()
@@ -398,30 +449,12 @@ def _print_tune(host: str, plans: list[Any], result: Any, fmt: str, checked: Any
     if checked is not None:
         from nodeagent.bench import verify as bench_verify
 
-        bench_verify.print_result(checked)
-    if result is None:
-        return
-    if result.journal is None:
-        out.print(Text("nothing to apply: every runtime value is already as planned", style="green"))
-    else:
-        out.print(
-            Text(
-                f"applied; journal {result.journal.id} ({result.journal.path}): undo with "
-                f"`nodeagent revert {result.journal.id}`",
-                style="bold",
-            )
-        )
-    if result.profile_path:
-        out.print(
-            Text(
-                f"process settings saved in {result.profile_path}: run jobs with `nodeagent exec --profile "
-                f"{result.profile_path.stem} -- CMD`"
-            )
-        )
-    boot = [c for c in result.skipped if c.scope.value == "boot"]
-    for c in boot:
-        out.print(Text(f"advice (not applied): {c.target}: {c.after}", style="yellow"))
-    out.print(table.findings_lines(result.findings))
+        out.print(bench_verify.result_table(checked))
+        for note in checked.notes:
+            out.print(f"note: {note}", style="yellow")
+    out.print()
+    # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
+    out.print(table.story_lines(story or []), soft_wrap=True)
 
 
 @cli.command()
@@ -435,6 +468,7 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
     from nodeagent import apply, journal
     from nodeagent.finding import worst
     from nodeagent.render import table
+    from nodeagent.render.tune_story import revert_story
 
     out = table.console()
     if list_only:
@@ -448,25 +482,49 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
         if revert_all
         else [journal.find(journal_id or "")]
     )
-    if not targets:
-        out.print("nothing to revert: every journal is already reverted")
-        return
-    findings = [f for j in targets for f in apply.revert(j)]
-    out.print(table.findings_lines(findings))
-    sys.exit(worst(f.status for f in findings).exit_code)
+    done = []
+    for j in targets:
+        before = j.state
+        done.append((j, before, apply.revert(j)))
+    left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
+    out.print(table.story_lines(revert_story(done, left)), soft_wrap=True)
+    sys.exit(worst(f.status for _, _, findings in done for f in findings).exit_code)
 
 
 def _agent_on_fleet(
-    inv: Any, argv: list[str], fleet: Fleet, fmt: str, statuses: dict[int, str] | None = None
+    inv: Any,
+    argv: list[str],
+    fleet: Fleet,
+    fmt: str,
+    statuses: dict[int, str] | None = None,
+    section: Any = None,
 ) -> NoReturn:
-    """`nodeagent ARGV --format json` on every host; their documents gathered, side by side."""
+    """`nodeagent ARGV --format json` on every host; their documents gathered, side by side.
+    `section(report)`, when given, renders what the hosts returned (tune: each host's changes)."""
     from nodeagent.cluster import command
     from nodeagent.cluster.runner import EXIT_STATUS, AgentJob
 
     job = AgentJob((*argv, "--format", "json"), statuses or EXIT_STATUS)
     report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, argv[0], compare=False)
-    command.emit(report, fmt)
+    command.emit(report, fmt, [section(report)] if section is not None and fmt != "json" else ())
     sys.exit(report.exit_code)
+
+
+def _fleet_tune_section(report: Any) -> Any:
+    """Each host's planned changes (target, before -> after, scope) and what its run did, like
+    Ansible's --diff: the plans are in the tune documents the hosts returned."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from nodeagent.render.tune_story import fleet_changes
+
+    docs = {name: o.doc or {} for name, o in report.outcomes.items() if o.ok}
+    lines = fleet_changes(docs)
+    parts: list[Any] = [Text(), Text("planned changes per host", style="bold underline")]
+    for line in lines:
+        style = "" if line.startswith(" ") else "bold"
+        parts.append(Text(line, style=style))
+    return Group(*parts)
 
 
 def _bench_document(bench: dict[str, Any]) -> dict[str, Any]:
@@ -545,8 +603,9 @@ def bench(
         result = run.run_bench(quick, profile_name, repeats, processes, on_progress=bar)
     from nodeagent.render import jsonout
 
-    write_outputs(outputs, jsonout.document(_bench_document(result.to_dict())))
-    if fmt == "json":
+    if write_outputs(outputs, jsonout.document(_bench_document(result.to_dict()))):
+        pass  # an --output FORMAT:- is what standard output carries
+    elif fmt == "json":
         click.echo(jsonout.dumps(result.to_dict()))
     else:
         run.print_table(result)
@@ -563,7 +622,8 @@ def bench(
     "profile_name",
     default="default",
     show_default=True,
-    help="Profile whose process settings apply (see `nodeagent tune --apply`).",
+    help="Profile whose process settings apply (see `nodeagent tune --apply`); without it the job "
+    "runs unchanged, after a warning.",
 )
 @click.option(
     "--local-rank",
@@ -619,19 +679,39 @@ def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name
 
 
 @cli.command("tuners")
-def list_tuners() -> None:
-    """List the available tuners."""
+@click.option(
+    "--params", "show_params", is_flag=True, help="Also list each tuner's parameters: type, default, why."
+)
+def list_tuners(show_params: bool) -> None:
+    """List the available tuners (and their parameters with --params: set them with `tune --set`)."""
     from rich.table import Table
+    from rich.text import Text
 
     from nodeagent import tuners
     from nodeagent.render.table import console
+    from nodeagent.tune import LAYOUT_PARAMS, param_docs
 
-    t = Table(show_header=True)
-    for col in ("id", "title"):
-        t.add_column(col)
+    out = console()
+    if not show_params:
+        t = Table(show_header=True)
+        for col in ("id", "title"):
+            t.add_column(col)
+        for tuner in tuners.all_tuners():
+            t.add_row(tuner.id, tuner.title)
+        out.print(t)
+        return
     for tuner in tuners.all_tuners():
-        t.add_row(tuner.id, tuner.title)
-    console().print(t)
+        out.print(Text(f"{tuner.id}: {tuner.title}", style="bold"))
+        docs = param_docs(tuner.params)
+        if not docs:
+            out.print("  (no parameters)")
+        for d in docs:
+            line = Text(f"  {tuner.id}.{d.name}: {d.type} = {d.default!r}", style="cyan")
+            if d.name in LAYOUT_PARAMS:
+                line.append("  (shared: one rank layout for every tuner)", style="dim")
+            line.append(f"\n      {d.why}", style="default")
+            out.print(line, soft_wrap=True)  # a URL cut in two no longer opens
+        out.print()
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -639,11 +719,49 @@ def _fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _quiet_libraries() -> None:
+    """Keep library logs and thread tracebacks off stderr (NODEAGENT_DEBUG=1 lets them through).
+
+    paramiko logs every failed SSH handshake at ERROR with a 20-line traceback from its transport
+    thread (logger "paramiko.transport"), and with no logging configured Python's last-resort
+    handler prints it under the fleet table, which already says in one line per host what failed.
+    A handler of its own (that drops everything) and no propagation keep it there. An exception
+    that escapes a thread is one line too, not "Exception in thread ..." and a traceback.
+    """
+    if os.environ.get("NODEAGENT_DEBUG"):
+        return
+    import logging
+    import threading
+
+    paramiko_log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in paramiko_log.handlers):
+        paramiko_log.addHandler(logging.NullHandler())
+    paramiko_log.propagate = False
+    threading.excepthook = _thread_error
+
+
+def _thread_error(args: Any) -> None:
+    """threading.excepthook: one line naming the thread and the error (args: ExceptHookArgs)."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    try:
+        click.echo(
+            f"nodeagent: internal error in thread {name}: {args.exc_type.__name__}: {args.exc_value} "
+            "(set NODEAGENT_DEBUG=1 for the traceback)",
+            err=True,
+        )
+    except Exception:  # at interpreter exit stderr may be gone: nothing left to tell
+        return
+
+
 register_gate_commands(cli)
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Entry point: bad input is one line on stderr and exit 64, never a traceback."""
+    """Entry point: bad input is one line on stderr and exit 64, never a traceback (nor a library's:
+    see _quiet_libraries)."""
+    _quiet_libraries()
     try:
         return cli.main(args=argv, prog_name="nodeagent", standalone_mode=False)
     except UsageError as e:

@@ -16,6 +16,7 @@ from nodeagent.cli_options import (
     open_root,
     output_option,
     root_option,
+    verbose_option,
     write_outputs,
 )
 from nodeagent.errors import UsageError
@@ -56,6 +57,7 @@ EX_REFUSED = 1
     show_default=True,
     help="slurm: one line, the reason for `scontrol update ... state=drain reason=...`.",
 )
+@verbose_option
 def preflight(
     root: str | None,
     playbook_name: str,
@@ -64,6 +66,7 @@ def preflight(
     baseline_path: Path | None,
     outputs: tuple[str, ...],
     fmt: str,
+    verbose: bool,
 ) -> None:
     """Gate a training job: exit 0 when this node may run it, non-zero when it may not.
 
@@ -84,20 +87,23 @@ def preflight(
         report = gate.run(host, pb, selected, timeout_s=budget_s, budget_s=budget_s, baseline=base)
     v = gate.verdict(report, decide_on)
     doc = jsonout.document(gate.document(report, pb, budget_s, v))
-    write_outputs(outputs, doc)
-    if fmt == "json":
+    if write_outputs(outputs, doc):
+        pass  # an --output FORMAT:- is what standard output carries
+    elif fmt == "json":
         click.echo(jsonout.dumps(doc))
     elif fmt == "slurm":
         from nodeagent.render.slurm import slurm_reason
 
         click.echo(slurm_reason(doc))
     else:
-        from nodeagent.render import table
+        from rich.text import Text
 
-        out = table.console()
-        out.print(table.report_table(report, durations=True))
-        word = "ALLOWED" if v.allowed else "REFUSED"
-        out.print(f"preflight {word} ({pb.name}, fail on {decide_on}, budget {budget_s:g}s): {v.reason}")
+        from nodeagent.render import table, text
+
+        if verbose or table.stdout_is_terminal():
+            table.print_report(report, durations=True, after=[Text(text.verdict_line(doc, v.to_dict()))])
+        else:  # piped: the problems with their fixes, the counts and the verdict
+            click.echo(text.problems(doc), nl=False)
     if not v.allowed:
         sys.exit(report.status.exit_code or EX_REFUSED)
 
@@ -206,11 +212,13 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...]) ->
 
     merged = merge_reports(list(paths))
     notes = (merged.extra or {}).get("notes") or []
-    command.emit(merged, fmt, [f"note: {n}" for n in notes])
+    to_stdout = False
     if outputs:
         from nodeagent.render import jsonout
 
-        write_outputs(outputs, jsonout.document(merged.to_dict()))
+        to_stdout = write_outputs(outputs, jsonout.document(merged.to_dict()))
+    if not to_stdout:  # an --output FORMAT:- is what standard output carries
+        command.emit(merged, fmt, [f"note: {n}" for n in notes])
     sys.exit(merged.exit_code)
 
 

@@ -123,7 +123,16 @@ output_option = click.option(
     "outputs",
     multiple=True,
     metavar="FORMAT:PATH",
-    help="Also write the result as json, junit, prometheus, markdown, html or slurm (repeatable).",
+    help="Also write the result as json, junit, prometheus, markdown, html, slurm or text "
+    "(repeatable). PATH is a regular file (replaced whole) or a new one, never a link, pipe or "
+    "device; '-' is standard output, which then carries only that.",
+)
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="The full table even when the output is piped (piped, only the findings that need "
+    "attention are printed, with their fixes; a terminal gets the table).",
 )
 
 
@@ -143,11 +152,11 @@ def load_baseline(path: Path | None) -> Baseline | None:
     return baseline.load(path)
 
 
-def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> None:
-    """--output FORMAT:PATH, each parsed before any is written (a typo fails the run, not half of it)."""
+def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> bool:
+    """--output FORMAT:PATH, each parsed before any is written (a typo fails the run, not half of it).
+    True when one went to standard output (FORMAT:-): the command prints nothing else there."""
     if not outputs:
-        return
+        return False
     from nodeagent.render import outputs as out
 
-    specs = [out.parse_output(o) for o in outputs]
-    out.write_outputs(specs, doc)
+    return out.write_outputs(out.parse_outputs(outputs), doc)

@@ -7,13 +7,16 @@ and /proc below it, as in a container that mounts the host's at /host), so drift
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tarfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +185,71 @@ def test_a_dead_host_and_a_wrong_key_fail_alone(cluster: SSHCluster, tmp_path: P
     assert all("error" not in out["hosts"][h] for h in ("h1", "h2", "h3", "h4"))
     assert out["summary"]["unreachable"] == 2
     assert proc.returncode == 2  # unreachable counts as FAIL
+    assert "Traceback" not in proc.stderr and "paramiko" not in proc.stderr, proc.stderr
+
+
+@contextlib.contextmanager
+def not_sshd() -> Iterator[tuple[int, int]]:
+    """Two loopback ports that accept TCP but speak no SSH: one closes at once, one answers like a
+    web server. paramiko's transport thread fails reading the banner there, and logs a traceback."""
+    servers = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    replies = [b"", b"HTTP/1.0 400 Bad Request\r\n\r\n"]
+    stop = threading.Event()
+
+    def serve(server: socket.socket, reply: bytes) -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.sendall(reply)
+
+    threads = [
+        threading.Thread(target=serve, args=pair, daemon=True) for pair in zip(servers, replies, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        yield servers[0].getsockname()[1], servers[1].getsockname()[1]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(5)
+        for s in servers:
+            s.close()
+
+
+def test_unreachable_hosts_are_one_line_each_and_no_traceback(tmp_path: Path) -> None:
+    """No cluster needed: a port nothing listens on, and two that are not sshd. stderr stays empty
+    (paramiko's logged tracebacks, "Exception in thread"), each host's error is one line."""
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    with not_sshd() as (closes, web):
+        hosts = [
+            {"name": "refused", "host": "127.0.0.1", "port": 1},
+            {"name": "closes", "host": "127.0.0.1", "port": closes},
+            {"name": "web", "host": "127.0.0.1", "port": web},
+        ]
+        inv = tmp_path / "hosts.yml"
+        defaults = {"known_hosts": str(known), "connect_timeout": 2, "command_timeout": 5}
+        inv.write_text(yaml.safe_dump({"defaults": defaults, "hosts": hosts}))
+        as_json = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json")
+        table = nodeagent("check", "--cluster", str(inv), "--only", "kernel")
+    for proc in (as_json, table):
+        assert proc.returncode == 2
+        assert proc.stderr == "", proc.stderr
+    doc = fleet_json(as_json)
+    for name in ("refused", "closes", "web"):
+        error = doc["hosts"][name]["error"]
+        assert error["kind"] == ssh.UNREACHABLE, error
+        assert "\n" not in error["message"] and "Traceback" not in error["message"]
+    assert "connection refused" in doc["hosts"]["refused"]["error"]["message"].lower()
+    assert "no SSH greeting" in doc["hosts"]["web"]["error"]["message"]
+    for name in ("refused", "closes", "web"):
+        assert name in table.stdout
+    assert table.stdout.count("unreachable") == 3
 
 
 def test_a_host_whose_sshd_stops_mid_run_leaves_the_others_complete(
@@ -232,6 +300,18 @@ def test_remote_agent_and_tune_on_the_fleet(cluster: SSHCluster, tmp_path: Path)
     for host in doc["hosts"].values():
         assert host["exit_code"] == 0 and host["applied"] is False
         assert [p["tuner"] for p in host["plans"]] == ["thp"]
+        assert host["story"][1].startswith("dry run: nothing was changed")
+    # The table shows each host's planned changes (as Ansible's --diff): the same live machine
+    # behind every host here, so one group of four.
+    changes = doc["hosts"]["h1"]["plans"][0]["changes"]
+    table = nodeagent("tune", "--cluster", str(inv), "--only", "thp")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    head = lines.index("planned changes per host")
+    group = "h1, h2, h3, h4 (4 hosts): " + (f"{len(changes)} change(s)" if changes else "no change")
+    assert lines[head + 1] == group
+    for c in changes:
+        assert f"  thp [runtime] {c['target']}: {c['before']} -> {c['after']}" in lines
 
 
 def test_ssh_config_and_a_hostlist(cluster: SSHCluster, tmp_path: Path) -> None:

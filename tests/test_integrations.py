@@ -23,7 +23,12 @@ from nodeagent.errors import UsageError
 
 SCRIPTS = [n for n in integrations.names() if n.endswith(".sh")]
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
-REASON = "nodeagent preflight FAIL: gpu/GPU0 1 uncorrectable ECC error"
+REASON = "nodeagent: gpu/0000:34:00.0 FAIL: 1 uncorrectable ECC error(s) (playbook preflight)"
+# What the fake writes to --output text:PATH: the problems and their fixes, for the node's log.
+PROBLEMS = (
+    "FAIL    gpu/0000:34:00.0: GPU0 (0000:34:00.0): 1 uncorrectable ECC error(s) since the driver loaded",
+    "        fix: Drain the node; reset the GPU (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/)",
+)
 
 # --- Fakes -----------------------------------------------------------------------------------------
 
@@ -35,18 +40,24 @@ def record(name):
         f.write(json.dumps(sys.argv[1:]) + "\\n")
 """
 
-# nodeagent: FAKE_MODE says what `preflight` does; it writes --output json:PATH like the real one.
+# nodeagent: FAKE_MODE says what `preflight` does; it writes --output json:PATH (and text:PATH when
+# it fails) like the real one.
 FAKE_NODEAGENT = (
     _RECORD
     + """
 record("nodeagent")
 args = sys.argv[1:]
 mode = os.environ.get("FAKE_MODE", "pass")
+if args[:1] == ["exec"] and os.environ.get("REAL_NODEAGENT"):  # the real launcher runs the rank
+    os.execv(os.environ["REAL_NODEAGENT"], [os.environ["REAL_NODEAGENT"], *args])
 if args[:1] == ["preflight"]:
     for i, a in enumerate(args):
         if a == "--output" and args[i + 1].startswith("json:"):
             with open(args[i + 1][5:], "w") as f:
                 json.dump({"schema": 1, "host": "node07", "status": mode, "findings": []}, f)
+        if a == "--output" and args[i + 1].startswith("text:") and mode == "fail":
+            with open(args[i + 1][5:], "w") as f:
+                f.write(os.environ["FAKE_PROBLEMS"])
     if mode == "pass":
         print("nodeagent preflight OK")
         sys.exit(0)
@@ -105,10 +116,16 @@ record(name)
 args = sys.argv[1:]
 if "preflight" in args:
     sys.exit(2 if os.environ.get("FAKE_MODE") == "fail" else 0)
+import subprocess
 if name == "horovodrun":  # run the command of one slot, as Gloo does, with the slot's local rank
     command = args[args.index("-H") + 2:]
-    import subprocess
     sys.exit(subprocess.run(command, env={**os.environ, "HOROVOD_LOCAL_RANK": "3"}).returncode)
+if os.environ.get("FAKE_RUN_RANK"):  # run one rank's command, with the rank variable each one sets
+    if name == "torchrun":
+        command, var = args[args.index("--no-python") + 1:], "LOCAL_RANK"
+    else:
+        command, var = args[args.index("nodeagent"):], "OMPI_COMM_WORLD_LOCAL_RANK"
+    sys.exit(subprocess.run(command, env={**os.environ, var: "1"}).returncode)
 """
 )
 
@@ -152,6 +169,7 @@ class Node:
             "PATH": f"{self.bin}:/usr/bin:/bin",
             "FAKE_LOG": str(self.log),
             "FAKE_REASON": REASON,
+            "FAKE_PROBLEMS": "".join(f"{line}\n" for line in PROBLEMS),
             "SLURMD_NODENAME": "node07",
             "SLURM_JOB_ID": "4242",
             "NODEAGENT_CONFIG": str(self.root / "no-such-config"),
@@ -319,6 +337,7 @@ def test_prolog_allows_a_good_node(node: Node) -> None:
     (call,) = node.calls("nodeagent")
     assert call[:7] == ["preflight", "--playbook", "preflight", "--budget", "5", "--format", "slurm"]
     assert call[7] == "--output" and call[8].startswith("json:")
+    assert call[9] == "--output" and call[10].startswith("text:")  # the problems, for the log
     # The JSON went to the shared folder under the node's name, renamed into place whole.
     assert json.loads((node.reports / "node07.json").read_text())["host"] == "node07"
     assert [p.name for p in node.reports.iterdir()] == ["node07.json"]
@@ -332,6 +351,9 @@ def test_prolog_drains_a_refused_node_with_nodeagents_reason(node: Node) -> None
     assert node.state() == {"state": "IDLE+DRAIN", "reason": REASON}
     assert "drained" in proc.stderr and "job 4242" in proc.stderr
     assert (node.reports / "node07.json").exists()  # the evidence is kept for `report merge`
+    # The reason is cut for sinfo; the log has every problem and its fix, a line each.
+    for line in PROBLEMS:
+        assert f"nodeagent-prolog: node node07 job 4242:   {line}\n" in proc.stderr
 
 
 def test_prolog_with_the_real_nodeagent(node: Node) -> None:
@@ -346,8 +368,11 @@ def test_prolog_with_the_real_nodeagent(node: Node) -> None:
     assert proc.returncode != 0, proc.stderr
     (drain,) = drains(node)
     reason = drain[-1].removeprefix("reason=")
-    assert reason.startswith("nodeagent") and "WARN" in reason and "\n" not in reason
+    assert reason.startswith("nodeagent: kernel/memlock,") and "WARN" in reason and "\n" not in reason
     assert node.state()["reason"] == reason
+    # The log: each problem as the piped command prints it, with its fix.
+    assert "job 4242:   WARN    kernel/memlock: memlock limited" in proc.stderr
+    assert "job 4242:           fix: Set '* soft memlock unlimited'" in proc.stderr
     merged = merge_reports([node.reports])
     assert list(merged.outcomes) == ["vm"] and merged.outcomes["vm"].ok
     assert (merged.outcomes["vm"].doc or {})["verdict"]["allowed"] is False
@@ -428,9 +453,11 @@ def test_healthcheck_drains_a_failing_node(node: Node) -> None:
     assert node.state() == {"state": "IDLE+DRAIN", "reason": REASON}
     (call,) = node.calls("nodeagent")
     assert call[1:5] == ["--playbook", "preflight", "--budget", "30"]
-    # Failing again with the same reason changes nothing.
-    node.run("slurm-healthcheck.sh", FAKE_MODE="fail")
+    assert all(f"node node07:   {line}\n" in proc.stderr for line in PROBLEMS), proc.stderr
+    # Failing again with the same reason changes nothing (and logs nothing again).
+    again = node.run("slurm-healthcheck.sh", FAKE_MODE="fail")
     assert len(drains(node)) == 1
+    assert PROBLEMS[0] not in again.stderr
 
 
 def test_healthcheck_resumes_its_own_drain(node: Node) -> None:
@@ -535,3 +562,52 @@ def test_a_refused_node_stops_the_launch(node: Node, script: str, launcher: str,
     assert [c for c in node.calls(launcher) if "preflight" not in c] == []  # no rank started
     skipped = node.run(script, "train.py", NODEAGENT_PREFLIGHT="0", FAKE_MODE="fail", **env)
     assert skipped.returncode == 0, skipped.stderr
+
+
+# A training script: says it ran, with what environment, and exits 3 (so the exit code is the job's).
+TRAIN = """
+import json, os, sys
+with open(os.environ["RAN_MARKER"], "w") as f:
+    json.dump({"argv": sys.argv[1:], "tf_data_hook": os.environ.get("NODEAGENT_TF_DATA_OPTIONS"),
+               "threads": os.environ.get("TF_NUM_INTRAOP_THREADS")}, f)
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "env"),
+    [
+        ("launch-torchrun.sh", {}),
+        ("launch-mpirun.sh", {"NP": "2"}),
+        ("launch-horovodrun.sh", {"NP": "2"}),
+    ],
+)
+def test_a_node_without_a_profile_runs_the_job_unchanged(
+    node: Node, tmp_path: Path, script: str, env: dict[str, str]
+) -> None:
+    """Nobody ran `nodeagent tune --apply` on this node: the real `nodeagent exec` each launcher
+    starts the ranks with warns once and runs the job as it is, with its exit code."""
+    real = Path(sys.executable).with_name("nodeagent")
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    marker = tmp_path / "ran.json"
+    state = tmp_path / "state"
+    proc = node.run(
+        script,
+        str(train),
+        "--epochs",
+        "1",
+        PATH=f"{node.bin}:{real.parent}:/usr/bin:/bin",
+        REAL_NODEAGENT=str(real),
+        FAKE_RUN_RANK="1",
+        NODEAGENT_STATE_DIR=str(state),
+        RAN_MARKER=str(marker),
+        **env,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # the job's own exit code
+    ran = json.loads(marker.read_text())
+    assert ran == {"argv": ["--epochs", "1"], "tf_data_hook": None, "threads": None}
+    warning = f"nodeagent exec: warning: no profile default at {state / 'profiles' / 'default.json'}"
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        f"{warning}: running the job unchanged; create one with `nodeagent tune --apply --profile default`"
+    ]

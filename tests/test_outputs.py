@@ -500,15 +500,16 @@ def assert_one_safe_line(reason: str, max_len: int) -> None:
 
 def test_slurm_reason_when_all_is_well() -> None:
     ok = one_check_doc(finding("numa", Status.OK, "1 node"))
-    assert slurm_reason(ok) == "nodeagent OK"
-    assert slurm_reason(ok | {"playbook": "preflight"}) == "nodeagent preflight OK"
+    assert slurm_reason(ok) == "nodeagent: OK"
+    assert slurm_reason(ok | {"playbook": "preflight"}) == "nodeagent: OK (playbook preflight)"
 
 
 def test_slurm_reason_of_a_recorded_node(vm_doc: dict[str, Any]) -> None:
     reason = slurm_reason(vm_doc)
     assert_one_safe_line(reason, 120)
-    assert reason.startswith("nodeagent WARN: kernel/memlock memlock limited (soft 8 MiB, hard 8 MiB)")
-    assert reason.endswith("more)")
+    # The subjects first (sinfo -R shows 20 characters), then the status.
+    assert reason.startswith("nodeagent: kernel/memlock,kernel/nofile,threads/")
+    assert reason.endswith(" WARN") or " WARN: " in reason
 
 
 def test_slurm_reason_of_a_refused_preflight() -> None:
@@ -516,9 +517,8 @@ def test_slurm_reason_of_a_refused_preflight() -> None:
     del doc["bench"]  # its failed configuration would come second (see the benchmark's test)
     reason = slurm_reason(doc)
     assert_one_safe_line(reason, 120)
-    # FAIL first (its quotes and <&> dropped), then the check cut at the budget, then UNKNOWN, WARN
-    assert reason.startswith("nodeagent preflight FAIL: hugepages/thp transparent huge pages never")
-    assert reason.index("nvlink timed out") < reason.index("gpu")
+    # The FAIL alone (its quotes and <&> dropped): not the check cut at the budget, UNKNOWN or WARN
+    assert reason == "nodeagent: hugepages/thp FAIL: transparent huge pages never (playbook preflight)"
     for max_len in range(40, 200, 7):
         short = slurm_reason(doc, max_len)
         assert_one_safe_line(short, max_len)
@@ -529,7 +529,7 @@ def test_slurm_lines_of_a_fleet(vm_doc: dict[str, Any]) -> None:
     doc = fleet_doc(vm_doc)
     lines = slurm_lines(doc).splitlines()
     assert [line.split(" ", 1)[0] for line in lines] == ["n1", "n2", "n3"]
-    assert lines[2].startswith("n3 nodeagent FAIL: no result (unreachable)")
+    assert lines[2].startswith("n3 nodeagent: no result (unreachable) FAIL")
     with pytest.raises(ValueError, match="slurm_lines"):
         slurm_reason(doc)
     with pytest.raises(ValueError, match="at least"):
@@ -591,10 +591,11 @@ def test_parse_output_refuses_a_directory(tmp_path: Path) -> None:
 def test_write_outputs_writes_every_format(tmp_path: Path) -> None:
     doc = preflight_doc()
     specs = [outputs.parse_output(f"{fmt}:{tmp_path / ('out.' + fmt)}") for fmt in outputs.FORMATS]
-    outputs.write_outputs(specs, doc)
-    for spec in specs:
-        assert spec.path.read_text(encoding="utf-8") == outputs.render(spec.format, doc)
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(s.path.name for s in specs)  # no temp files
+    assert outputs.write_outputs(specs, doc) is False  # nothing went to standard output
+    paths = [s.path for s in specs if s.path is not None]
+    for spec, path in zip(specs, paths, strict=True):
+        assert path.read_text(encoding="utf-8") == outputs.render(spec.format, doc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths)  # no temp files
     assert json.loads((tmp_path / "out.json").read_text()) == doc
     umask = os.umask(0)
     os.umask(umask)
@@ -640,7 +641,7 @@ def test_a_render_that_fails_leaves_the_old_file(old_file: Path, monkeypatch: py
 def test_a_write_that_fails_leaves_no_partial_file(
     old_file: Path, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
-    def no_space(*args: Any) -> None:
+    def no_space(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, failing, no_space)  # the module outputs.py writes through
@@ -670,7 +671,7 @@ def test_a_benchmark_document_renders_in_every_format() -> None:
     assert ({"host": "gpu-07", "config": "input_only", "stat": "median"}, 1553.0) in found[
         "nodeagent_bench_images_per_second"
     ]
-    assert slurm_reason(doc) == "nodeagent FAIL: bench/compute_only failed"
+    assert slurm_reason(doc) == "nodeagent: bench/compute_only FAIL: failed"
     seen = "".join(read_html(html(doc)).text)
     assert "Benchmark" in seen and "worker exited 1" in seen and "no profile default" in seen
 

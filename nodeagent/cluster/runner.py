@@ -220,7 +220,7 @@ def run_fleet(
         except HostError as e:
             outcome = HostOutcome(spec.name, spec.address, error=e)
         except Exception as e:  # a bug or a protocol surprise on one host never stops the fleet
-            outcome = HostOutcome(spec.name, spec.address, error=ssh.classify(e, spec, keys))
+            outcome = HostOutcome(spec.name, spec.address, error=_classified(e, spec, keys))
         finally:
             _close(connections.get(spec.name))
         outcome.duration_s = time.monotonic() - start
@@ -248,6 +248,15 @@ def run_fleet(
         if on_done is not None:
             on_done(outcome)
     return {spec.name: results[spec.name] for spec in inventory.hosts}
+
+
+def _classified(exc: Exception, spec: HostSpec, keys: ssh.HostKeys) -> HostError:
+    """ssh.classify, which must not fail in turn: this runs on a pool thread, where an escaping
+    exception would print a traceback and leave the host to time out instead of naming its error."""
+    try:
+        return ssh.classify(exc, spec, keys)
+    except Exception:
+        return HostError(ssh.REMOTE, f"{spec.name}: {type(exc).__name__}: {' '.join(str(exc).split())}")
 
 
 def _close(conn: Connection | None) -> None:

@@ -231,9 +231,22 @@ def classify(exc: BaseException, spec: HostSpec, keys: HostKeys) -> HostError:
         errno.ECONNRESET,
     ):
         return HostError(UNREACHABLE, f"{where}: {exc.strerror}")
+    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
+        # paramiko's "Error reading SSH protocol banner" (+ the socket error, unseparated): the peer
+        # closed the connection or sent something else than "SSH-2.0-...".
+        return HostError(
+            UNREACHABLE,
+            f"{where} gave no SSH greeting (not sshd on that port, or sshd refusing new connections: "
+            "MaxStartups reached?)",
+        )
     if isinstance(exc, EOFError | paramiko.SSHException | OSError):
-        return HostError(UNREACHABLE, f"{where}: SSH failed ({type(exc).__name__}: {exc})")
-    return HostError(REMOTE, f"{where}: {type(exc).__name__}: {exc}")
+        return HostError(UNREACHABLE, f"{where}: SSH failed ({type(exc).__name__}: {_one_line(exc)})")
+    return HostError(REMOTE, f"{where}: {type(exc).__name__}: {_one_line(exc)}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's text on one line (a host's error is one line in every report)."""
+    return " ".join(str(exc).split())
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@
 #   0          passes: resume the node if it is drained with a reason of nodeagent's own (it starts
 #              with "nodeagent " or "nodeagent:", as `--format slurm` prints it and the prolog
 #              drains with it).
-#   1, 2, 3    refused, with nodeagent's reason on stdout: drain with the reason, unless someone
-#              else drained the node (their reason is kept; the node is out of service anyway).
+#   1, 2, 3    refused, with nodeagent's reason on stdout: drain with the reason (and log every
+#              problem with its fix: the reason is cut to fit), unless someone else drained the
+#              node (their reason is kept; the node is out of service anyway).
 #   124, 137   no answer within NODEAGENT_TIMEOUT: drain as hung, as refused.
 #   other      nodeagent could not judge the node (64 bad setting, 70 internal error, 126/127 not
 #              installed, 1 without a reason: Python failing to import it): logged, the node is
@@ -93,8 +94,9 @@ read_node() {
 }
 
 drained() { [[ $STATE == *DRAIN* ]]; }
-# nodeagent's reasons: "nodeagent PLAYBOOK STATUS: ..." (`preflight --format slurm`) or
-# "nodeagent: ..." (these scripts' own, for a hang or a strict failure).
+# nodeagent's reasons: "nodeagent: SUBJECTS STATUS: ..." (`preflight --format slurm`; older
+# versions wrote "nodeagent PLAYBOOK STATUS: ...") or "nodeagent: ..." (these scripts' own, for a
+# hang or a strict failure).
 ours() { [[ $CURRENT_REASON == "nodeagent "* || $CURRENT_REASON == nodeagent:* ]]; }
 
 drain() {
@@ -109,8 +111,10 @@ drain() {
     fi
     if scontrol update nodename="$NODE" state=drain reason="$reason"; then
         log "drained: $reason"
+        log_problems
     else
         log "scontrol could not drain the node (reason was: $reason)"
+        log_problems
         return 1
     fi
 }
@@ -125,6 +129,16 @@ resume() {
             return 1
         fi
     fi
+}
+
+# The drain reason is cut to what `sinfo -R` shows; the log gets every problem and its fix, one
+# line each, as `nodeagent preflight` prints them (`--output text:`).
+log_problems() {
+    local line
+    [[ -s $WORK/problems.txt ]] || return 0
+    while IFS= read -r line; do
+        log "  $line"
+    done <"$WORK/problems.txt"
 }
 
 save_report() {
@@ -143,7 +157,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/nodeagent-healthcheck.XXXXXX")
 trap 'rm -rf -- "$WORK"' EXIT
 
 argv=("$NODEAGENT" preflight --playbook "$PLAYBOOK" --budget "$BUDGET" --format slurm
-      --output "json:$WORK/report.json")
+      --output "json:$WORK/report.json" --output "text:$WORK/problems.txt")
 if [[ -n $FAIL_ON ]]; then
     argv+=(--fail-on "$FAIL_ON")
 fi

@@ -23,7 +23,9 @@
 # The decision, by the exit code of `nodeagent preflight`:
 #   0          the node may run the job: exit 0.
 #   1, 2, 3    refused (a WARN under --fail-on warn, a FAIL, an UNKNOWN): drain with the one-line
-#              reason `--format slurm` prints ("nodeagent preflight FAIL: ..."), exit non-zero.
+#              reason `--format slurm` prints ("nodeagent: kernel/memlock,rdma/mlx5_0/1 FAIL: ...",
+#              the failing subjects first, for sinfo -R's 20-character column), log every problem
+#              with its fix, exit non-zero.
 #   124, 137   no answer within NODEAGENT_TIMEOUT (timeout(1): 124 after TERM, 137 after KILL):
 #              drain as hung, exit non-zero. The checks have their own budget, so a run this late
 #              is stuck in the kernel (a read of /sys or /proc, a GPU driver call): the node is not
@@ -86,6 +88,17 @@ drain() {
         # Slurm drains the node itself on the non-zero exit that follows, as "Prolog error".
         log "scontrol could not drain the node (reason was: $reason)"
     fi
+    log_problems
+}
+
+# The drain reason is cut to what `sinfo -R` shows; the log gets every problem and its fix, one
+# line each, as `nodeagent preflight` prints them (`--output text:`).
+log_problems() {
+    local line
+    [[ -s $WORK/problems.txt ]] || return 0
+    while IFS= read -r line; do
+        log "  $line"
+    done <"$WORK/problems.txt"
 }
 
 save_report() {
@@ -105,7 +118,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/nodeagent-prolog.XXXXXX")
 trap 'rm -rf -- "$WORK"' EXIT
 
 argv=("$NODEAGENT" preflight --playbook "$PLAYBOOK" --budget "$BUDGET" --format slurm
-      --output "json:$WORK/report.json")
+      --output "json:$WORK/report.json" --output "text:$WORK/problems.txt")
 if [[ -n $FAIL_ON ]]; then
     argv+=(--fail-on "$FAIL_ON")
 fi

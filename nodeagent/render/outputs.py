@@ -1,5 +1,11 @@
 """`--output FORMAT:PATH`: one run written in several formats, each file replaced atomically.
 
+PATH is `-` (standard output) or a file: a regular file, replaced whole, or a new one. Anything else
+found there is refused, never followed or replaced: a symbolic link (even to a regular file: as root,
+`junit:/dev/stdout` used to replace the /dev/stdout link itself), a FIFO, a device, a socket or a
+folder. The file is written to a temporary file in the same folder and renamed over PATH, the folder
+held open so that every step happens in that one folder.
+
 Every renderer takes the run's JSON document (nodeagent/render/report.schema.json), never the
 engine's objects, so a document read back from a file, pulled from a remote agent or gathered
 over a fleet renders the same way. A fleet document (`{hosts: {NAME: ...}, drift, outliers}`)
@@ -17,7 +23,8 @@ import json
 import math
 import os
 import re
-import tempfile
+import secrets
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +34,8 @@ from typing import Any
 from nodeagent.errors import UsageError
 from nodeagent.finding import Status
 
-FORMATS = ("json", "junit", "prometheus", "markdown", "html", "slurm")
+FORMATS = ("json", "junit", "prometheus", "markdown", "html", "slurm", "text")
+STDOUT = "-"  # FORMAT:- writes to standard output
 SCHEMA_FILE = "report.schema.json"
 # Statuses someone has to act on, worst first (the order of nodeagent.finding.Status's ranks).
 ATTENTION = (Status.FAIL, Status.UNKNOWN, Status.WARN)
@@ -36,11 +44,17 @@ ATTENTION = (Status.FAIL, Status.UNKNOWN, Status.WARN)
 @dataclass(frozen=True)
 class OutputSpec:
     format: str
-    path: Path
+    path: Path | None  # None: standard output (FORMAT:-)
+
+    @property
+    def where(self) -> str:
+        """The option as the user wrote it, for messages."""
+        return f"--output {self.format}:{STDOUT if self.path is None else self.path}"
 
 
 def parse_output(spec: str) -> OutputSpec:
-    """`FORMAT:PATH` (the first colon splits, so PATH may hold colons), checked before any run."""
+    """`FORMAT:PATH` (the first colon splits, so PATH may hold colons) or `FORMAT:-`; a PATH that
+    is there already must be a regular file (module docstring)."""
     fmt, sep, path = spec.partition(":")
     choices = ", ".join(FORMATS)
     if not sep:
@@ -50,11 +64,25 @@ def parse_output(spec: str) -> OutputSpec:
     if fmt not in FORMATS:
         raise UsageError(f"--output {spec}: unknown format {fmt!r}; use one of {choices}")
     if not path:
-        raise UsageError(f"--output {spec}: no path after '{fmt}:'; give the file to write")
+        raise UsageError(f"--output {spec}: no path after '{fmt}:'; give the file to write, or {fmt}:-")
+    if path == STDOUT:
+        return OutputSpec(fmt, None)
     target = Path(path).expanduser()
-    if target.is_dir():
-        raise UsageError(f"--output {spec}: {target} is a directory; give a file name inside it")
-    return OutputSpec(fmt, target)
+    out = OutputSpec(fmt, target)
+    # Refused now, before anything is written (and checked again when writing).
+    _regular_or_absent(out, None)
+    if not target.parent.is_dir():
+        raise UsageError(f"{out.where}: the folder {target.parent} does not exist; create it first")
+    return out
+
+
+def parse_outputs(specs: Sequence[str]) -> list[OutputSpec]:
+    """Every `--output`, parsed; at most one of them may take standard output."""
+    parsed = [parse_output(s) for s in specs]
+    to_stdout = [s.where for s in parsed if s.path is None]
+    if len(to_stdout) > 1:
+        raise UsageError(f"{' and '.join(to_stdout)}: only one output can go to standard output")
+    return parsed
 
 
 def render(fmt: str, doc: Mapping[str, Any]) -> str:
@@ -83,56 +111,175 @@ def render(fmt: str, doc: Mapping[str, Any]) -> str:
         from nodeagent.render.slurm import slurm_lines
 
         return slurm_lines(doc)
+    if fmt == "text":
+        from nodeagent.render.text import problems
+
+        return problems(doc)
     raise ValueError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
 
 
-def write_outputs(specs: Sequence[OutputSpec], doc: Mapping[str, Any]) -> None:
-    """Render and write each output. A file is rendered whole before anything is written, then
-    written to a temporary file beside it and renamed over it (os.replace, atomic on POSIX): a
-    reader such as node_exporter's textfile collector sees the old file or the new one, never half
-    of one, and a failure leaves no partial file behind."""
+def write_outputs(specs: Sequence[OutputSpec], doc: Mapping[str, Any]) -> bool:
+    """Render and write each output; True when one went to standard output (the command then
+    prints nothing else there, so `junit:-` gives a document a parser reads).
+
+    A file is rendered whole before anything is written, then written to a temporary file beside
+    it and renamed over it (os.replace, atomic on POSIX): a reader such as node_exporter's textfile
+    collector sees the old file or the new one, never half of one, and a failure leaves no partial
+    file behind."""
     for spec in specs:
-        _write_atomically(spec, render(spec.format, doc))
+        text = render(spec.format, doc)
+        if spec.path is None:
+            import click
+
+            click.echo(text, nl=False)
+        else:
+            _write_atomically(spec, text)
+    return any(spec.path is None for spec in specs)
 
 
 def _write_atomically(spec: OutputSpec, text: str) -> None:
-    target = spec.path
-    where = f"--output {spec.format}:{target}"
-    if not target.parent.is_dir():
-        raise UsageError(f"{where}: the folder {target.parent} does not exist; create it first")
-    if target.is_dir():
-        raise UsageError(f"{where}: {target} is a directory; give a file name inside it")
-    mode = _mode_for(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    assert spec.path is not None
+    data = text.encode("utf-8", errors="backslashreplace")
+    name = spec.path.name
+    folder = _open_folder(spec)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates the file 0600: node_exporter (another user) could not read it.
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        before = _regular_or_absent(spec, folder)
+        mode = stat.S_IMODE(before.st_mode) if before is not None else _new_file_mode()
+        fd, tmp = _create_temp(spec, folder)
+        try:
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+                # The temporary file is created 0600: node_exporter (another user) could not read it.
+                os.fchmod(fd, mode)
+                ours = os.fstat(fd)
+            finally:
+                os.close(fd)
+            # Looked at again just before the rename: what is there may have changed while writing.
+            _regular_or_absent(spec, folder)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as e:
+            _remove_quietly(tmp, folder)
+            raise UsageError(f"{spec.where}: cannot write it ({e.strerror or e})") from None
+        except BaseException:
+            _remove_quietly(tmp, folder)
+            raise
+        _check_replaced(spec, folder, ours)
+    finally:
+        os.close(folder)
+
+
+def _open_folder(spec: OutputSpec) -> int:
+    """The target's folder, open: the temporary file, the checks and the rename all happen in it,
+    even if its path is renamed or re-linked meanwhile."""
+    assert spec.path is not None
+    parent = spec.path.parent
+    # O_PATH (Linux): a handle for the *at() calls, so a folder one may write but not list works.
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        return os.open(parent, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        raise UsageError(f"{spec.where}: the folder {parent} does not exist; create it first") from None
     except OSError as e:
-        _remove_quietly(tmp)
-        raise UsageError(f"{where}: cannot write it ({e.strerror or e})") from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+        raise UsageError(f"{spec.where}: cannot open the folder {parent} ({e.strerror or e})") from None
 
 
-def _mode_for(target: Path) -> int:
-    """The mode the file keeps (an existing file's), or what open() would give a new one."""
+def _regular_or_absent(spec: OutputSpec, folder: int | None) -> os.stat_result | None:
+    """What is at the target, never following a link: a regular file's stat, None when nothing is
+    there; anything else is refused with what to do instead."""
+    assert spec.path is not None
     try:
-        return target.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+        st = os.lstat(spec.path.name if folder is not None else spec.path, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        raise UsageError(
+            f"{spec.where}: {spec.path.parent} is not a folder; give a file path in a folder"
+        ) from None
+    except OSError as e:
+        raise UsageError(f"{spec.where}: cannot look at {spec.path} ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        return st
+    raise UsageError(f"{spec.where}: {spec.path} {_not_a_file(spec, st)}")
 
 
-def _remove_quietly(path: str) -> None:
+def _not_a_file(spec: OutputSpec, st: os.stat_result) -> str:
+    """Why a target that is not a regular file is refused, and what to give instead."""
+    stdout = f"{spec.format}:{STDOUT} for standard output"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a directory; give a file name inside it"
+    if stat.S_ISLNK(st.st_mode):
+        assert spec.path is not None
+        with contextlib.suppress(OSError):
+            return (
+                f"is a symbolic link (to {os.readlink(spec.path)}), which is never followed or "
+                f"replaced; give the file's own path, or {stdout}"
+            )
+        return (
+            f"is a symbolic link, which is never followed or replaced; give the file's own path, or {stdout}"
+        )
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    kind = next((k for test, k in kinds if test(st.st_mode)), "not a regular file")
+    return f"is {kind}, not a regular file; give a file path, or {stdout}"
+
+
+def _create_temp(spec: OutputSpec, folder: int) -> tuple[int, str]:
+    """A new file beside the target, created exclusively (O_EXCL: never one that was there, never
+    through a link), 0600 until written."""
+    assert spec.path is not None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    base = spec.path.name[:200]  # the random part and suffix must fit in NAME_MAX (255)
+    for _ in range(100):
+        tmp = f".{base}.{secrets.token_hex(4)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o600, dir_fd=folder), tmp
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise UsageError(
+                f"{spec.where}: cannot write in {spec.path.parent} ({e.strerror or e})"
+            ) from None
+    raise UsageError(f"{spec.where}: cannot create a temporary file in {spec.path.parent}")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _check_replaced(spec: OutputSpec, folder: int, ours: os.stat_result) -> None:
+    """After the rename the target must be the file just written: else something else wrote or
+    linked there at the same moment, and the run must not claim it wrote the report."""
+    assert spec.path is not None
+    try:
+        now = os.lstat(spec.path.name, dir_fd=folder)
+    except OSError as e:
+        raise UsageError(
+            f"{spec.where}: {spec.path} changed right after it was written ({e.strerror or e})"
+        ) from None
+    if (now.st_dev, now.st_ino) != (ours.st_dev, ours.st_ino):
+        raise UsageError(
+            f"{spec.where}: {spec.path} was replaced by something else while it was written; "
+            "is another program writing the same path?"
+        )
+
+
+def _new_file_mode() -> int:
+    """What open() would give a new file: 0666 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _remove_quietly(name: str, folder: int) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        os.unlink(name, dir_fd=folder)
 
 
 def schema() -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console, Group
@@ -22,6 +24,9 @@ STYLE = {
 }
 ORDER = (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIPPED)
 MAX_EVIDENCE = 6
+# Columns of a piped table (`check -v | less`): more than any line, so nothing is wrapped (a URL
+# cut in two no longer opens); the table itself is sized to its content, not to this.
+UNWRAPPED = 10_000
 
 
 def _details(f: Finding) -> Text:
@@ -57,10 +62,10 @@ def durations_line(r: Report) -> Text:
     return line
 
 
-def report_table(r: Report, durations: bool = False) -> Group:
+def report_table(r: Report, durations: bool = False, expand: bool = True) -> Group:
     """One row per finding, worst first; then the details of each finding that needs attention
-    (and, with `durations`, every check's time)."""
-    table = Table(title=f"nodeagent check: {r.host}", title_justify="left", expand=True)
+    (and, with `durations`, every check's time). `expand`: as wide as the console."""
+    table = Table(title=f"nodeagent check: {r.host}", title_justify="left", expand=expand)
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("subject", overflow="fold", max_width=22)
@@ -204,12 +209,29 @@ def console() -> Console:
     return Console(highlight=False)
 
 
+def stdout_is_terminal() -> bool:
+    """Whether a person is reading: `check` and `preflight` print the table then, and only the
+    problems when piped (nodeagent.render.text) unless -v."""
+    return sys.stdout.isatty()
+
+
+def print_report(r: Report, durations: bool = False, after: Sequence[Text] = ()) -> None:
+    """report_table, then the `after` lines, on standard output: as wide as the terminal on one;
+    piped (-v), sized to the table's content and never wrapped (rich would wrap at 80 columns)."""
+    terminal = stdout_is_terminal()
+    out = console() if terminal else Console(highlight=False, width=UNWRAPPED)
+    out.print(report_table(r, durations, expand=terminal))
+    for line in after:
+        out.print(line)
+
+
 SCOPE_STYLE = {"runtime": "bold", "boot": "yellow", "process": "cyan", "code": "magenta"}
 
 
 def plan_table(host: str, plans: list[Any]) -> Group:
-    """The dry run: one block per change (target, scope, before, after, why), then each tuner's
-    notes. A block rather than a table: values and reasons with URLs are too long for cells."""
+    """The plan: one block per change (target, scope, before, after, why), then each tuner's notes.
+    A block rather than a table: values and reasons with URLs are too long for cells. What was done
+    with the plan (dry run, applied, reverted) is the story's (render/tune_story.py), printed after."""
     parts: list[Any] = [Text(f"nodeagent tune (plan): {host}", style="bold underline")]
     count = 0
     for p in plans:
@@ -234,7 +256,32 @@ def plan_table(host: str, plans: list[Any]) -> Group:
         parts += [Text(), Text("notes:", style="bold")]
         for tuner, note in notes:
             parts.append(Text.assemble((f"  {tuner}: ", "bold"), note))
-    parts += [Text(), Text(f"{count} change(s) planned; nothing was changed (dry run: add --apply)")]
+    return Group(*parts)
+
+
+# The style of a story line (render/tune_story.py), by the part of the story it starts with.
+STORY_STYLE = {
+    "applied:": "bold",
+    "kept:": "bold green",
+    "reverted:": "bold red",
+    "read back:": "",
+    "use:": "bold cyan",
+    "undo:": "cyan",
+    "advice": "yellow",
+    "not persisted:": "yellow",
+    "with --persist, not persisted:": "yellow",
+}
+
+
+def story_lines(lines: list[str]) -> Group:
+    """The tune or revert story, one styled line each; a read-back or revert that failed in red."""
+    parts: list[Any] = []
+    for line in lines:
+        head = next((h for h in STORY_STYLE if line.startswith(h)), "")
+        style = STORY_STYLE.get(head, "")
+        if line.startswith("  ") or "did not take" in line or "not everything is back" in line:
+            style = "red" if not line.startswith("      ") else "dim"
+        parts.append(Text(line, style=style))
     return Group(*parts)
 
 
