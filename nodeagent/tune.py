@@ -150,6 +150,11 @@ def share_layout(
     from nodeagent.errors import UsageError
 
     out = {t.id: dict(overrides.get(t.id, {})) for t in tuners}
+    if ranks is not None and not any(_takes(t, "ranks") for t in tuners):
+        raise UsageError(
+            f"--ranks {ranks}: none of the selected tuners ({', '.join(t.id for t in tuners) or 'none'}) "
+            "plans per rank; select numa-pinning, tf-threads, pinned-memory or tf-data, or leave --ranks out"
+        )
     order = sorted(tuners, key=lambda t: t.id != LAYOUT_OWNER)  # numa-pinning's value named first
     for name in LAYOUT_PARAMS:
         given = {t.id: out[t.id][name] for t in order if name in out[t.id]}

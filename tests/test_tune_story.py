@@ -622,6 +622,15 @@ def test_two_rank_counts_are_refused(capsys: pytest.CaptureFixture[str], args: t
     assert e.value.code == 64 and "disagree" in line and "give" in line
 
 
+def test_ranks_without_a_per_rank_tuner_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from nodeagent.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "--root", str(VM), "--only", "thp", "--ranks", "4"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert e.value.code == 64 and "none of the selected tuners (thp) plans per rank" in line
+
+
 # -- nodeagent tuners --params -------------------------------------------------------------------------------
 
 
