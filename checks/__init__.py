@@ -23,17 +23,32 @@ BUILTIN = (
     "pcie",
     "topology",
     "gpu",
+    "xid",
     "nvlink",
     "nic",
     "rdma",
 )
 
 
+# Checks that run only when asked for by id (`--only`, `snapshot --only`), listed after the others:
+# active diagnostics that load every GPU for seconds or more, which neither the default `check` (on
+# this machine or a cluster) nor a plain `snapshot` may start on a node that is running jobs.
+ON_DEMAND = ("dcgm_diag",)
+
+
+def _load(name: str) -> Check[Any, Any]:
+    check: Check[Any, Any] = importlib.import_module(f"nodeagent.checks.{name}").CHECK
+    return check
+
+
+@lru_cache(maxsize=1)
+def on_demand_ids() -> frozenset[str]:
+    return frozenset(_load(name).id for name in ON_DEMAND)
+
+
 @lru_cache(maxsize=1)
 def all_checks() -> tuple[Check[Any, Any], ...]:
-    checks: list[Check[Any, Any]] = [
-        importlib.import_module(f"nodeagent.checks.{name}").CHECK for name in BUILTIN
-    ]
+    checks: list[Check[Any, Any]] = [_load(name) for name in (*BUILTIN, *ON_DEMAND)]
     for ep in entry_points(group="nodeagent.checks"):
         extra = ep.load()
         if not isinstance(extra, Check):
@@ -47,11 +62,12 @@ def all_checks() -> tuple[Check[Any, Any], ...]:
 
 
 def select(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Check[Any, Any]]:
-    """The checks to run: `only` (in registry order) or all, less `skip`. Unknown ids are a UsageError."""
+    """The checks to run: `only` (in registry order) or all but the ON_DEMAND ones, less `skip`.
+    Unknown ids are a UsageError."""
     checks = all_checks()
     known = {c.id for c in checks}
     unknown = [i for i in (*only, *skip) if i not in known]
     if unknown:
         raise UsageError(f"unknown check id {unknown[0]!r}; known: {', '.join(c.id for c in checks)}")
-    wanted = set(only) or known
+    wanted = set(only) or known - on_demand_ids()
     return [c for c in checks if c.id in wanted and c.id not in set(skip)]

@@ -9,16 +9,29 @@ A GPU in MIG mode is reported as such, with its MIG devices and their ECC counts
 uncorrectable error inside an instance is a fault of that GPU, and a MIG mode that differs from
 the pending one (set, but not applied until the GPU is reset) is a node left half-reconfigured.
 
+The driver's own recovery flags are judged as NVIDIA's memory error management guide defines
+them: a reset required (or a recovery action that is a reset or reboot) FAILs, drain-and-reset
+"recommended" WARNs, and a pending row remap WARNs ("unaffected applications can continue running
+... and new workloads can be launched" until the reset activates it).
+
+An NVIDIA GPU on the PCI bus that the driver's report (NVML or `nvidia-smi -q -x`) leaves out is a
+GPU no job can use: bound to the nvidia driver and listed in /proc/driver/nvidia/gpus (the kernel
+module attached it) but not reported, it FAILs (it failed to initialize or fell off the bus); not
+bound to nvidia it WARNs; outside /proc/driver/nvidia/gpus it belongs to another environment (a
+container sees the host's PCI tree but only its own GPUs) and is SKIPPED. SR-IOV virtual functions
+(a `physfn` link) are not GPUs the driver reports and are left out.
+
 Facts come from NVML on this machine and from a recorded `nvidia-smi -q -x` in snapshots (see
 nodeagent.facts.nvml). Without NVML or NVIDIA GPUs the check gives one SKIPPED finding.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from nodeagent.check import Check, param
-from nodeagent.facts import gpus, nvidia_smi, nvml
+from nodeagent.facts import gpus, nvidia_smi, nvml, pci
 from nodeagent.facts.nvml import REASON_LABELS, GpuHealth, GpuReport, MigInstance
 from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
@@ -27,6 +40,9 @@ ID = "gpu"
 NVML_DOCS = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlDeviceQueries.html"
 MEMORY_ERRORS_DOCS = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
 ROW_REMAP_DOCS = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/row-remapping.html"
+RECOVERY_DOCS = (
+    "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html"
+)
 PERSISTENCE_DOCS = "https://docs.nvidia.com/deploy/driver-persistence/persistence-daemon.html"
 CLOCK_REASONS_DOCS = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"
 DCGM_DIAG_DOCS = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
@@ -63,12 +79,45 @@ class Params:
 
 
 @dataclass(frozen=True)
+class BusGpu:
+    """An NVIDIA GPU function in the PCI tree (sysfs), whatever drives it."""
+
+    address: str
+    driver: str | None  # the bound driver ("nvidia", "vfio-pci", ...); None: none bound
+    virtual_function: bool = False  # an SR-IOV VF (vGPU): not a GPU the driver reports
+
+
+@dataclass(frozen=True)
+class Bus:
+    gpus: tuple[BusGpu, ...] = ()
+    attached: tuple[str, ...] | None = None  # /proc/driver/nvidia/gpus entries; None when absent
+    live: bool = True  # this machine's sysfs (a missing driver link means no driver bound)
+
+
+@dataclass(frozen=True)
 class Facts:
     report: GpuReport
+    bus: Bus = Bus()
+
+
+PHYSFN = f"{pci.PCI_DIR}/*/physfn"
+
+
+def collect_bus(host: Host) -> Bus:
+    found = [d for d in pci.collect(host) if d.kind == "gpu" and d.vendor == pci.VENDOR_NVIDIA]
+    listed = host.listdir(nvml.NVIDIA_PROC_GPUS)
+    return Bus(
+        tuple(
+            BusGpu(d.address, d.driver, host.readlink(f"{pci.PCI_DIR}/{d.address}/physfn") is not None)
+            for d in found
+        ),
+        None if listed is None else tuple(sorted(nvml.normalize_bus_id(a) for a in listed)),
+        live=host.kind == "local",
+    )
 
 
 def collect(host: Host) -> Facts:
-    return Facts(report=nvml.collect(host))
+    return Facts(report=nvml.collect(host), bus=collect_bus(host))
 
 
 def _key(r: GpuReport, g: GpuHealth, what: str) -> str:
@@ -111,15 +160,18 @@ def _memory(r: GpuReport, g: GpuHealth) -> list[Finding]:
             )
         )
     if g.remap_pending:
+        # NVIDIA: with the flag set "unaffected applications can continue running without affecting
+        # accuracy and performance, and new workloads can be launched" (RECOVERY_DOCS): not a FAIL.
         out.append(
             Finding(
                 ID,
-                Status.FAIL,
-                f"{g.label}: a row remapping is pending and needs a GPU reset to take effect",
+                Status.WARN,
+                f"{g.label}: a row remapping is pending: reset the GPU to activate it",
                 {_key(r, g, "remapped rows pending"): "yes"},
                 expected="no pending row remapping",
-                remediation=f"Drain the node, then reset the GPU (`nvidia-smi -r -i {idx}` with no "
-                f"process on it) or reboot: the spare row is only switched in at reset ({ROW_REMAP_DOCS}).",
+                remediation=f"At the next opportunity, with no process on the GPU, reset it (`nvidia-smi -r "
+                f"-i {idx}`) or reboot: the spare row is only switched in at reset ({ROW_REMAP_DOCS}, "
+                f"{RECOVERY_DOCS}).",
                 subject=g.subject,
             )
         )
@@ -161,6 +213,143 @@ def _memory(r: GpuReport, g: GpuHealth) -> list[Finding]:
             )
         )
     return out
+
+
+# -- recovery flags ------------------------------------------------------------------------------
+# Recovery actions that must be taken before the GPU is used again (RECOVERY_DOCS): what to do.
+REQUIRED_ACTIONS = {
+    "gpu_reset": "a GPU reset",
+    "node_reboot": "a reboot of the node",
+    "system_reboot": "a reboot of the system",
+    "bus_reset": "a reset of the GPU's PCIe bus",
+    "drain_p2p": "all peer-to-peer traffic drained (then a new recovery action)",
+    "recover_imex_domain": "the recovery of its IMEX domain",
+}
+
+
+def _recovery(r: GpuReport, g: GpuHealth) -> list[Finding]:
+    evidence = {}
+    if g.reset_required is not None:
+        evidence[_key(r, g, "reset required")] = "yes" if g.reset_required else "no"
+    if g.drain_and_reset is not None:
+        evidence[_key(r, g, "drain and reset recommended")] = "yes" if g.drain_and_reset else "no"
+    if g.recovery_action is not None:
+        evidence[_key(r, g, "recovery action")] = g.recovery_action
+    required = REQUIRED_ACTIONS.get(g.recovery_action or "") or ("a GPU reset" if g.reset_required else None)
+    if required:
+        return [
+            Finding(
+                ID,
+                Status.FAIL,
+                f"{g.label}: the driver requires {required} before the GPU is used again",
+                evidence,
+                expected="no recovery action pending",
+                remediation=f"Drain the node and stop every process on the GPU; it needs {required} "
+                f"(`nvidia-smi -r -i {g.index}` resets the GPU); run `dcgmi diag -r 2` before returning "
+                f"it to service ({RECOVERY_DOCS}).",
+                subject=g.subject,
+            )
+        ]
+    if g.drain_and_reset or g.recovery_action == "drain_and_reset":
+        # "Recommended" in the flag's own name (drain_and_reset_recommended): the GPU still serves
+        # work, so not a FAIL; the recovery action that replaced the flag in R575 is read alike.
+        return [
+            Finding(
+                ID,
+                Status.WARN,
+                f"{g.label}: the driver recommends draining and resetting the GPU",
+                evidence,
+                expected="no recovery action pending",
+                remediation="Let running jobs finish, take no new ones, then stop the GPU's processes and "
+                f"reset it (`nvidia-smi -r -i {g.index}`) ({RECOVERY_DOCS}).",
+                subject=g.subject,
+            )
+        ]
+    if g.recovery_action not in (None, "none"):
+        return [
+            Finding(
+                ID,
+                Status.WARN,
+                f"{g.label}: the driver asks for recovery action {g.recovery_action!r}, one this "
+                "version of nodeagent does not know",
+                evidence,
+                expected="no recovery action pending",
+                remediation=f"`nvidia-smi -q -i {g.index}` names the action; see {RECOVERY_DOCS}.",
+                subject=g.subject,
+            )
+        ]
+    return []
+
+
+# -- GPUs on the bus that the driver does not report ----------------------------------------------
+_PLACED = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+def _absent(f: Facts) -> list[Finding]:
+    r = f.report
+    if not r.gpus or any(g.pci_address is None or not _PLACED.fullmatch(g.pci_address) for g in r.gpus):
+        return []  # nothing to compare with, or GPUs the report cannot place on the bus
+    reported = {g.pci_address for g in r.gpus}
+    missing = [b for b in f.bus.gpus if b.address not in reported and not b.virtual_function]
+    attached = f.bus.attached
+    outside = [
+        b for b in missing if b.driver == "nvidia" and attached is not None and b.address not in attached
+    ]
+    # No driver link on a recorded tree may be a link the recording left out: not judged there.
+    judged = [b for b in missing if b not in outside and (b.driver is not None or f.bus.live)]
+    findings = [_absent_one(r, b, attached) for b in judged]
+    if outside:
+        findings.append(
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"{len(outside)} NVIDIA GPU(s) on the PCI bus outside this environment's driver view "
+                f"(not in {nvml.NVIDIA_PROC_GPUS}: a container given some of the node's GPUs?): not judged",
+                {f"{pci.PCI_DIR}/{b.address}/driver": "nvidia" for b in outside}
+                | {nvml.NVIDIA_PROC_GPUS: ", ".join(attached or ()) or "empty"},
+                subject="bus",
+            )
+        )
+    return findings
+
+
+def _absent_why(b: BusGpu) -> str:
+    if b.driver is None:
+        return "no driver bound (the nvidia module did not take it: look for NVRM probe errors in `dmesg`)"
+    if b.driver != "nvidia":
+        return f"bound to {b.driver}, not nvidia: CUDA cannot use it here"
+    return f"bound to nvidia, but no {nvml.NVIDIA_PROC_GPUS} to confirm the driver attached it"
+
+
+def _absent_one(r: GpuReport, b: BusGpu, attached: tuple[str, ...] | None) -> Finding:
+    evidence = {
+        f"{pci.PCI_DIR}/{b.address}/driver": b.driver or "none bound",
+        f"{r.source}: GPUs reported": ", ".join(sorted(g.pci_address or "?" for g in r.gpus)),
+        nvml.NVIDIA_PROC_GPUS: "absent" if attached is None else ", ".join(attached) or "empty",
+    }
+    expected = f"every NVIDIA GPU on the PCI bus reported by {r.source}"
+    if b.driver == "nvidia" and attached is not None:
+        return Finding(
+            ID,
+            Status.FAIL,
+            f"{b.address}: an NVIDIA GPU the nvidia driver attached but {r.source} does not report "
+            "(it failed to initialize, or fell off the bus)",
+            evidence,
+            expected=expected,
+            remediation="Drain the node; look for Xid 79 and 'RmInitAdapter failed' in `dmesg`; reboot, "
+            "and reseat or RMA the GPU if it stays missing.",
+            subject=b.address,
+        )
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{b.address}: an NVIDIA GPU on the PCI bus that {r.source} does not report: {_absent_why(b)}",
+        evidence,
+        expected=expected,
+        remediation="If the GPU is meant for CUDA, bind it to the nvidia driver (or take it out of the "
+        "VFIO/passthrough configuration) and reload the driver; otherwise this is by design.",
+        subject=b.address,
+    )
 
 
 # -- MIG -----------------------------------------------------------------------------------------
@@ -501,7 +690,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
     healthy = []
     mig_ok: list[Finding] = []
     for g in r.gpus:
-        own = _unreadable(r, g) + _memory(r, g) + _clocks(r, g, p) + _settings(r, g, p)
+        own = _unreadable(r, g) + _memory(r, g) + _recovery(r, g) + _clocks(r, g, p) + _settings(r, g, p)
         mig = _mig(r, g)
         findings += own + mig
         if g.mig_current and not mig:
@@ -509,7 +698,8 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
         elif not own and not mig:
             healthy.append(g)
     findings += (
-        _persistence(r, p)
+        _absent(f)
+        + _persistence(r, p)
         + _driver(r)
         + unparsable(
             ID,
@@ -547,6 +737,6 @@ CHECK = Check(
     collect=collect,
     evaluate=evaluate,
     params=Params,
-    paths=nvml.PATHS,
+    paths=(*nvml.PATHS, PHYSFN),
     commands=(*gpus.COMMANDS, *nvidia_smi.COMMANDS),
 )

@@ -170,7 +170,7 @@ def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_
         inv = command.load(cluster, None, None)
         assert inv is not None
         report = command.run(
-            inv, CheckJob(checks.all_checks()), DEFAULT_PARALLEL, accept_new_host_keys, "baseline"
+            inv, CheckJob(checks.select()), DEFAULT_PARALLEL, accept_new_host_keys, "baseline"
         )
         failed = [o.name for o in report.outcomes.values() if not o.ok]
         if failed:
@@ -186,7 +186,7 @@ def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_
         from nodeagent import gate
 
         with open_root(root) as host:
-            rep = engine.run_report(host, checks.all_checks())
+            rep = engine.run_report(host, checks.select())
             values = {host.name: gate.values_of(host, rep)}
         source = root or "this machine"
     baselines.save(values, path, source)

@@ -37,7 +37,9 @@ def selected_checks(pb: Playbook | None, only: list[str], skip: list[str]) -> li
     from nodeagent import checks
     from nodeagent.errors import UsageError
 
-    chosen = checks.select(only, skip)
+    # A playbook's own list may name on-demand checks (gpu-training's dcgm-diag), which a plain
+    # selection leaves out.
+    chosen = checks.select(only or (list(pb.checks) if pb is not None else []), skip)
     if pb is None or not pb.checks:
         return chosen
     outside = [c.id for c in chosen if c.id not in pb.checks and only and c.id in only]

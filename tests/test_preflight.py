@@ -151,3 +151,16 @@ def test_playbooks_list_and_show() -> None:
     shown = nodeagent("playbooks", "show", "gpu-training", "--format", "json")
     doc = json.loads(shown.stdout)
     assert doc["checks"] and doc["thresholds"]
+
+
+def test_a_playbook_runs_the_on_demand_checks_it_names() -> None:
+    from nodeagent import gate
+    from nodeagent.playbook import load_playbook
+
+    assert "dcgm-diag" not in [c.id for c in checks.select()]  # never in a plain `check`
+    named = [c.id for c in gate.selected_checks(load_playbook("gpu-training"), [], [])]
+    assert "dcgm-diag" in named and "xid" in named
+    assert "dcgm-diag" not in [c.id for c in gate.selected_checks(load_playbook("preflight"), [], [])]
+    assert "dcgm-diag" not in [
+        c.id for c in gate.selected_checks(load_playbook("gpu-training"), [], ["dcgm-diag"])
+    ]

@@ -13,6 +13,9 @@ The XML changed over the years and this parser reads all the forms met in public
 - MIG: <mig_mode><current_mig>/<pending_mig> (R450+) and, per MIG device, <mig_devices><mig_device>
   with <gpu_instance_id>, <compute_instance_id>, <ecc_error_count><volatile_count> and
   <fb_memory_usage>; <mig_devices> reads "None" when the GPU has no MIG device;
+- recovery: <gpu_reset_status><reset_required>/<drain_and_reset_recommended> (R525-R570; "Requested
+  functionality has been deprecated" since R575) and <gpu_recovery_action> (R575+: None, Reset,
+  Reboot, Drain P2P, Drain and Reset, ...);
 - PCIe: <pci><pci_gpu_link_info><pcie_gen><max_link_gen>/<current_link_gen> and, since R510,
   <max_device_link_gen>/<max_host_link_gen> (the GPU's and the host's own maxima); widths "16x".
 NVLink state is not in that XML: it comes from `nvidia-smi nvlink -s` ("Link 0: 25 GB/s" or
@@ -67,6 +70,9 @@ PCIE_PATHS = {
     "width_max": f"{_LINK}/link_widths/max_link_width",
 }
 LOAD_PATHS = {"utilization_pct": "utilization/gpu_util", "performance_state": "performance_state"}
+RESET_REQUIRED = "gpu_reset_status/reset_required"
+DRAIN_AND_RESET = "gpu_reset_status/drain_and_reset_recommended"
+RECOVERY_ACTION = "gpu_recovery_action"
 MIG_MODE_PATHS = ("mig_mode/current_mig", "mig_mode/pending_mig")
 MIG_DEVICES = "mig_devices"
 
@@ -132,6 +138,16 @@ class _Values:
             return False
         self.problem(path, f"unexpected value {value[:60]!r}")
         return None
+
+    def recovery_action(self, path: str) -> str | None:
+        """<gpu_recovery_action> as a facts.nvml.RECOVERY_ACTIONS name; an unknown word is a problem."""
+        value = self.text(path)
+        if value is None:
+            return None
+        action = nvml.RECOVERY_WORDS.get(" ".join(value.lower().split()))
+        if action is None:
+            self.problem(path, f"unknown recovery action {value[:60]!r}")
+        return action
 
     def first(self, *paths: str) -> float | None:
         for path in paths:
@@ -238,6 +254,9 @@ def _parse_gpu(index: int, node: ET.Element) -> tuple[GpuHealth, list[str]]:
         remapped_uncorrectable=v.integer("remapped_rows/remapped_row_unc"),
         remap_pending=v.flag("remapped_rows/remapped_row_pending"),
         remap_failure=v.flag("remapped_rows/remapped_row_failure"),
+        reset_required=v.flag(RESET_REQUIRED),
+        drain_and_reset=v.flag(DRAIN_AND_RESET),
+        recovery_action=v.recovery_action(RECOVERY_ACTION),
         clock_reasons=reasons,
         power_limit_w=v.first(f"{power}/requested_power_limit", f"{power}/power_limit"),
         enforced_power_limit_w=v.first(f"{power}/current_power_limit", f"{power}/enforced_power_limit"),

@@ -10,6 +10,11 @@ report is memoized on the host) and nvmlShutdown right after everything is read.
 Every NVML query may raise NVMLError_NotSupported (older or consumer GPUs, MIG, features of other
 generations): that value is None, never a failure of the GPU or of the run.
 
+Recovery: the action the driver asks for after an uncorrectable error, through field values
+(nvmlDeviceGetFieldValues): NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (R575 and later) and, before it,
+NVML_FI_DEV_RESET_STATUS ("reset required") and NVML_FI_DEV_DRAIN_AND_RESET_STATUS ("drain and
+reset recommended"), https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html
+
 MIG (Multi-Instance GPU): the mode now and after the next GPU reset (nvmlDeviceGetMigMode), and
 each MIG device of a GPU in MIG mode (nvmlDeviceGetMaxMigDeviceCount slots, empty ones answer
 NOT_FOUND; nvmlDeviceGetMigDeviceHandleByIndex). PCIe: the link generation and width now and at
@@ -90,6 +95,39 @@ PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
 # A MIG device's name ends with its profile: "NVIDIA A100-SXM4-80GB MIG 1g.10gb", "... MIG 1c.3g.20gb"
 # for a compute instance smaller than its GPU instance (as `nvidia-smi -L` lists MIG devices).
 _MIG_PROFILE = re.compile(r"\bMIG\s+(\S+)\s*$")
+
+# nvmlDeviceGpuRecoveryAction_t (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION), by value, and the words
+# `nvidia-smi -q -x` prints for them in <gpu_recovery_action> (lower-cased).
+RECOVERY_ACTIONS = {
+    0: "none",
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+RECOVERY_WORDS = {
+    "none": "none",
+    "reset": "gpu_reset",
+    "gpu reset": "gpu_reset",
+    "reboot": "node_reboot",
+    "node reboot": "node_reboot",
+    "drain p2p": "drain_p2p",
+    "drain and reset": "drain_and_reset",
+    "drain p2p and reset": "drain_and_reset",
+    "recover imex domain": "recover_imex_domain",
+    "bus reset": "bus_reset",
+    "system reboot": "system_reboot",
+}
+# Field values read for recovery: (GpuHealth attribute, pynvml constant). The first two are the
+# pre-R575 flags the recovery action replaced; a driver answers NOT_SUPPORTED for what it lacks.
+RECOVERY_FIELDS = (
+    ("reset_required", "NVML_FI_DEV_RESET_STATUS"),
+    ("drain_and_reset", "NVML_FI_DEV_DRAIN_AND_RESET_STATUS"),
+    ("recovery_action", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
+)
 
 # NVLink data-link error counters (nvmlNvLinkErrorCounter_t), by the pynvml constant's name.
 LINK_COUNTERS = (
@@ -182,6 +220,9 @@ class GpuHealth:
     remapped_uncorrectable: int | None = None
     remap_pending: bool | None = None
     remap_failure: bool | None = None
+    reset_required: bool | None = None  # the GPU must be reset before it is used again (before R575)
+    drain_and_reset: bool | None = None  # drain and reset recommended (before R575)
+    recovery_action: str | None = None  # RECOVERY_ACTIONS name (R575 and later)
     clock_reasons: tuple[str, ...] | None = None  # active clock event reasons (CLOCK_REASONS names)
     power_limit_w: float | None = None  # the limit software asked for
     enforced_power_limit_w: float | None = None  # the limit in effect (lowest of all limiters)
@@ -479,6 +520,7 @@ def _read_gpu(nv: Any, index: int) -> GpuHealth:
     slowdown = _int(q("nvmlDeviceGetTemperatureThreshold", handle, nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
     persistence = _int(q("nvmlDeviceGetPersistenceMode", handle))
     nvlinks = _read_links(nv, q, handle)
+    recovery = _read_recovery(nv, q, handle)
     mig_current, mig_pending = _mig_mode(nv, q, handle)
     mig_instances, mig_listed = _read_mig_instances(nv, q, handle) if mig_current else ((), False)
     return GpuHealth(
@@ -505,6 +547,9 @@ def _read_gpu(nv: Any, index: int) -> GpuHealth:
         remapped_uncorrectable=unc,
         remap_pending=None if remap_pending is None else bool(remap_pending),
         remap_failure=None if remap_failure is None else bool(remap_failure),
+        reset_required=_flag(recovery.get("reset_required")),
+        drain_and_reset=_flag(recovery.get("drain_and_reset")),
+        recovery_action=_recovery_action(recovery.get("recovery_action")),
         clock_reasons=None if mask is None else decode_reasons(mask, _reason_table(nv)),
         power_limit_w=_watts(q("nvmlDeviceGetPowerManagementLimit", handle)),
         enforced_power_limit_w=_watts(q("nvmlDeviceGetEnforcedPowerLimit", handle)),
@@ -528,6 +573,37 @@ def _read_gpu(nv: Any, index: int) -> GpuHealth:
         errors=dict(q.errors),
         lost=q.lost,
     )
+
+
+# nvmlValue_t members by nvmlValueType_t (NVML_VALUE_TYPE_DOUBLE is 0, and not a flag or an enum).
+_VALUE_MEMBERS = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _field_int(nv: Any, value: Any) -> int | None:
+    """One nvmlFieldValue_t as an integer; None when NVML answered an error for this field."""
+    if getattr(value, "nvmlReturn", None) != getattr(nv, "NVML_SUCCESS", 0):
+        return None
+    member = _VALUE_MEMBERS.get(_int(getattr(value, "valueType", None)) or 0)
+    return _int(getattr(getattr(value, "value", None), member, None)) if member else None
+
+
+def _read_recovery(nv: Any, q: _Queries, handle: Any) -> dict[str, int | None]:
+    """The recovery field values this pynvml knows, by GpuHealth attribute (None: not answered)."""
+    wanted = [(name, fid) for name, const in RECOVERY_FIELDS if (fid := getattr(nv, const, None)) is not None]
+    if not wanted:
+        return {}
+    values = q("nvmlDeviceGetFieldValues", handle, [fid for _, fid in wanted], what="recovery field values")
+    if values is None:
+        return {}
+    return {name: _field_int(nv, v) for (name, _), v in zip(wanted, values, strict=False)}
+
+
+def _flag(value: int | None) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _recovery_action(code: int | None) -> str | None:
+    return None if code is None else RECOVERY_ACTIONS.get(code, f"action {code}")
 
 
 def _mig_mode(nv: Any, q: _Queries, handle: Any) -> tuple[bool | None, bool | None]:
