@@ -496,13 +496,16 @@ def test_expect_becomes_thresholds_on_counts_and_check_parameters(tmp_path: Path
     write(
         tmp_path,
         {
-            "ours.yml": "include: [gpu-training]\nexpect:\n  gpus: 8\n  gpu_models: {NVIDIA H100 80GB HBM3: 8}\n"
-            "  rdma_ports_active: 8\n  rdma_min_rate_gbps: 400\n  nvlinks_per_gpu: 18\n"
+            "ours.yml": "include: [gpu-training]\nexpect:\n  gpus: 8\n"
+            "  gpu_models: {NVIDIA H100 80GB HBM3: 8}\n  rdma_ports_active: 8\n"
+            "  rdma_min_rate_gbps: 400\n  nvlinks_per_gpu: 18\n"
             "  gpu_min_pcie_width: 16\n  memory_gib: 2000\n",
         },
     )
     pb = load_playbook(str(tmp_path / "ours.yml"))
-    stated = {t.value: (t.min, t.severity, t.when_missing) for t in pb.thresholds if t.value.startswith("hardware.")}
+    stated = {
+        t.value: (t.min, t.severity, t.when_missing) for t in pb.thresholds if t.value.startswith("hardware.")
+    }
     assert stated == {
         "hardware.gpus": (8, "fail", "fail"),
         "hardware.gpu_models[NVIDIA H100 80GB HBM3]": (8, "fail", "fail"),
