@@ -24,6 +24,12 @@ the Ampere-and-later catalogue; the numbers below are its rows in use), and the 
 Counts are since the oldest record the kernel still holds (the ring buffer drops the oldest when
 full: the evidence says how far back it reaches). A GPU reset does not clear the log: after a reset
 and a passing `dcgmi diag -r 2`, list the Xid in `ignore_xids` until the next reboot, or reboot.
+
+The same log says which GPUs the kernel enumerated on the bus ("pci 0000:06:00.0: [10de:2330] type
+00 class 0x030200", drivers/pci/probe.c). An NVIDIA GPU enumerated there and gone from
+/sys/bus/pci/devices now fell off the bus and was removed: NVML no longer lists it, so only the log
+remembers it (FAIL, subject: its address). A log that no longer reaches back to the enumeration
+says nothing either way.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeagent.check import Check, param
-from nodeagent.facts import kmsg
+from nodeagent.facts import kmsg, pci
 from nodeagent.facts.kmsg import KernelLog, Record, XidEvent
 from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
@@ -170,10 +176,14 @@ class Params:
 @dataclass(frozen=True)
 class Facts:
     log: KernelLog
+    # The devices in /sys/bus/pci/devices now; None where the folder is not readable or recorded.
+    pci_tree: frozenset[str] | None = None
 
 
 def collect(host: Host) -> Facts:
-    return Facts(log=kmsg.collect(host))
+    listed = host.listdir(pci.PCI_DIR)
+    tree = frozenset(pci.normalize_address(a) for a in listed) if listed else None
+    return Facts(log=kmsg.collect(host), pci_tree=tree)
 
 
 @dataclass(frozen=True)
@@ -333,15 +343,66 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
     findings += _unparsable(log, scan.unparsable)
     if not findings:
         findings.append(_clean(log, scan.not_kernel))
-    return findings
+    return findings + _off_the_bus(log, f.pci_tree)
+
+
+def _off_the_bus(log: KernelLog, tree: frozenset[str] | None) -> list[Finding]:
+    """NVIDIA GPUs the kernel enumerated (at boot, or on a rescan) that the PCI tree no longer
+    holds: a GPU that fell off the bus and was removed, which no NVML query can show any more.
+    Nothing is said when the log does not reach back to the enumeration of a GPU (the ring buffer
+    drops its oldest records); SKIPPED when the PCI tree cannot be read."""
+    gpus = [e for e in kmsg.enumerated(log.records).values() if e.nvidia_gpu]
+    if not gpus:
+        return []
+    seen = {f"{log.source}: {e.address}": e.record.line.strip() for e in gpus}
+    if tree is None:
+        return [
+            Finding(
+                ID,
+                Status.SKIPPED,
+                f"{len(gpus)} NVIDIA GPU(s) enumerated in the kernel log; {pci.PCI_DIR} not readable, "
+                "so whether they are still on the bus is not known",
+                {**seen, pci.PCI_DIR: "(not readable)"},
+                subject="bus",
+            )
+        ]
+    gone = [e for e in gpus if e.address not in tree]
+    if not gone:
+        return [
+            Finding(
+                ID,
+                Status.OK,
+                f"the {len(gpus)} NVIDIA GPU(s) the kernel enumerated are all in the PCI tree",
+                seen,
+                subject="bus",
+            )
+        ]
+    return [_gone(log, e) for e in gone]
+
+
+def _gone(log: KernelLog, e: kmsg.Enumerated) -> Finding:
+    return Finding(
+        ID,
+        Status.FAIL,
+        f"GPU {e.address} [{e.vendor[2:]}:{e.device[2:]}] was enumerated by the kernel and is gone "
+        "from the PCI tree: it fell off the bus (or was removed)",
+        {f"{log.source}: {e.address}": e.record.line.strip(), f"{pci.PCI_DIR}/{e.address}": "(absent)"},
+        expected="every GPU the kernel enumerated still in the PCI tree",
+        remediation="Drain the node; look for Xid 79 and PCIe AER errors for the address in `dmesg`, "
+        "then power-cycle it (a GPU off the bus does not come back with a reset) and reseat or "
+        f"replace the GPU if it recurs ({CATALOGUE}).",
+        subject=e.address,
+    )
 
 
 CHECK = Check(
     id=ID,
-    title="Xid errors in the kernel log",
+    title="Xid errors and GPUs lost from the bus (kernel log)",
     tags=("preflight", "gpu"),
     collect=collect,
     evaluate=evaluate,
     params=Params,
     commands=(kmsg.COMMAND,),
+    # The PCI tree's folders, to compare with the GPUs the kernel enumerated.
+    paths=(f"{pci.PCI_DIR}/*/class",),
 )

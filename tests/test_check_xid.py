@@ -1,11 +1,11 @@
 """The xid check: kernel log records by structure, Xid reports by structure, verdicts from NVIDIA's
 Xid catalogue (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html).
 
-The kernel logs are real (tests/fixtures/kmsg, README.md there names each source). Every expected
-verdict below comes from the catalogue's "Resolution Bucket (Immediate Action)" for the Xid the log
-text shows, never from nodeagent: RESET_GPU, RESTART_BM and the DBE/NVLink workflows are the node's
-to act on (FAIL); RESTART_APP and IGNORE are the application's (OK), except the memory reports whose
-investigation is the hardware (63, 92, 94: WARN).
+The kernel logs are real, or NVIDIA's own examples (tests/fixtures/kmsg, README.md there names each
+source). Every expected verdict below comes from the catalogue's "Resolution Bucket (Immediate
+Action)" for the Xid the log text shows, never from nodeagent: RESET_GPU, RESTART_BM and the
+DBE/NVLink workflows are the node's to act on (FAIL); RESTART_APP and IGNORE are the application's
+(OK), except the memory reports whose investigation is the hardware (63, 92, 94: WARN).
 """
 
 from __future__ import annotations
@@ -75,6 +75,11 @@ REAL_LOGS = [
     ("xid63-row-remap-ml-engineering", [("0000:10:1c.0", 63, 1, Status.WARN)]),
     # NVIDIA's own example of a contained error on a MIG instance (94).
     ("xid94-mig-nvidia-docs", [("0000:01:00.0", 94, 1, Status.WARN)]),
+    # NVIDIA's driver source: "Uncontained: LTC TAG ... RST: Yes" (95: RESET_GPU).
+    ("xid95-uncontained-nvidia-driver-source", [("0000:01:00.0", 95, 1, Status.FAIL)]),
+    # NVIDIA's NVSentinel design: "NVLink: fatal error detected on link 14" (74: WORKFLOW_NVLINK_ERR,
+    # whose first step is a reset or a reboot).
+    ("xid74-nvlink-nvsentinel-design", [("0003:00:00.0", 74, 1, Status.FAIL)]),
 ]
 
 
@@ -110,7 +115,10 @@ def test_real_kernel_logs(tmp_path: Path, folder: str, expected: list[tuple[str,
 
 def test_every_fixture_is_tested() -> None:
     folders = {p.name for p in KMSG_FIXTURES.iterdir() if p.is_dir()}
-    assert folders == {name for name, _ in REAL_LOGS} | {"kmsg-gpud-nvswitch-node"}
+    # Without Xids: the /dev/kmsg capture (tested below) and a boot log's PCI enumeration
+    # (test_gpu_off_the_bus.py).
+    without_xid = {"kmsg-gpud-nvswitch-node", "pci-enumeration-dgx-h100-guest-lkml"}
+    assert folders == {name for name, _ in REAL_LOGS} | without_xid
     readme = (KMSG_FIXTURES / "README.md").read_text()
     assert all(f"`{name}`" in readme for name in folders)
 
@@ -152,23 +160,14 @@ def test_the_kmsg_capture_without_xid_is_ok(tmp_path: Path) -> None:
     )
 
 
-# -- the classes without a public real log: lines in the format of the real ones above ----------
+# -- classes without a fixture: single lines ---------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("line", "status"),
     [
-        # Constructed in the format of the real reports (no public log found): catalogue RESET_GPU.
-        (
-            "NVRM: Xid (PCI:0000:3b:00): 95, pid=2291, name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No",
-            Status.FAIL,
-        ),
-        # Constructed likewise: catalogue WORKFLOW_NVLINK_ERR, whose first step is a reset or reboot.
-        (
-            "NVRM: Xid (PCI:0000:3b:00): 74, pid=2291, name=python3, NVLink: fatal error detected on link 3",
-            Status.FAIL,
-        ),
-        # Constructed likewise: 92 (IGNORE, investigate: CONTACT_SUPPORT): a memory report.
+        # Constructed in the format of the real reports (no public line found): 92 (IGNORE,
+        # investigate: CONTACT_SUPPORT), a memory report.
         ("NVRM: Xid (PCI:0000:3b:00): 92, High single-bit ECC error rate", Status.WARN),
         # From https://github.com/leptonai/gpud/pull/1174: the driver calls it Fatal / Nonfatal.
         (

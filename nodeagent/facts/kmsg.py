@@ -240,3 +240,51 @@ def scan_xids(records: Iterable[Record]) -> XidScan:
         else:
             events.append(event)
     return XidScan(tuple(events), tuple(unparsable), tuple(not_kernel))
+
+
+# -- PCI enumeration -------------------------------------------------------------------------------
+# pci_setup_device() prints every device it finds while scanning the bus, at boot and on a rescan:
+# "pci 0000:06:00.0: [10de:2330] type 00 class 0x030200" (drivers/pci/probe.c; kernels since 6.7
+# append the port type, "PCIe Endpoint"). It is logged at KERN_DEBUG on older kernels, which the
+# ring buffer keeps all the same (dmesg shows every level it stores).
+_ENUMERATED = re.compile(
+    r"^pci (?P<address>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): "
+    r"\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\] type [0-9a-fA-F]{2} "
+    r"class (?P<class>0x[0-9a-fA-F]{6})\b"
+)
+# PCI base classes 0x03 (display): 0x0300 VGA, 0x0302 3D controller (PCI Code and ID Assignment).
+_DISPLAY_SUBCLASSES = ("0x0300", "0x0302")
+
+
+@dataclass(frozen=True)
+class Enumerated:
+    """One device as the kernel enumerated it."""
+
+    address: str  # as sysfs writes it: "0000:06:00.0"
+    vendor: str  # "0x10de"
+    device: str  # "0x2330"
+    class_code: str  # "0x030200"
+    record: Record
+
+    @property
+    def nvidia_gpu(self) -> bool:
+        return self.vendor == pci.VENDOR_NVIDIA and self.class_code[:6] in _DISPLAY_SUBCLASSES
+
+
+def enumerated(records: Iterable[Record]) -> dict[str, Enumerated]:
+    """Every device the kernel log shows being enumerated, by address (the last report wins: a
+    rescan re-enumerates a device at the same address)."""
+    out: dict[str, Enumerated] = {}
+    for record in records:
+        m = _ENUMERATED.match(record.message)
+        if m is None or record.from_kernel is False:
+            continue
+        address = pci.normalize_address(m.group("address"))
+        out[address] = Enumerated(
+            address,
+            f"0x{m.group('vendor').lower()}",
+            f"0x{m.group('device').lower()}",
+            m.group("class").lower(),
+            record,
+        )
+    return out
