@@ -34,6 +34,8 @@ class Status(enum.Enum):
 
 _RANK = {Status.SKIPPED: 0, Status.OK: 1, Status.WARN: 2, Status.UNKNOWN: 3, Status.FAIL: 4}
 _EXIT = {Status.SKIPPED: 0, Status.OK: 0, Status.WARN: 1, Status.UNKNOWN: 3, Status.FAIL: 2}
+# The order of every report: the worst first.
+WORST_FIRST = tuple(sorted(Status, key=lambda s: -_RANK[s]))
 
 
 def worst(statuses: Iterable[Status]) -> Status:

@@ -19,8 +19,8 @@ from rich.text import Text
 
 from nodeagent.cluster import fleet
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.finding import Finding, Status, worst
-from nodeagent.render.table import ORDER, STYLE
+from nodeagent.finding import WORST_FIRST, Finding, Status, worst
+from nodeagent.render.table import STYLE
 
 
 def host_status(outcome: HostOutcome) -> Status:
@@ -108,7 +108,7 @@ def _attention(outcome: HostOutcome) -> list[dict[str, Any]]:
     keep = {Status.WARN.value, Status.UNKNOWN.value, Status.FAIL.value}
     return sorted(
         (f for f in findings if f.get("status") in keep),
-        key=lambda f: -ORDER.index(Status(f["status"])),
+        key=lambda f: -WORST_FIRST.index(Status(f["status"])),
     )
 
 

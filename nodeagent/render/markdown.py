@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent import __version__
-from nodeagent.finding import Status
+from nodeagent.finding import WORST_FIRST, Status
 from nodeagent.render.outputs import (
     HostRun,
     attention,
@@ -34,9 +34,6 @@ from nodeagent.render.outputs import (
     status_of,
     xml_safe,
 )
-
-ORDER = (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIPPED)
-
 
 # -- the structure both formats are written from ----------------------------------------------------
 
@@ -180,7 +177,7 @@ def _run_blocks(run: HostRun, level: int) -> list[Block]:
 
 def _summary(run: HostRun) -> Inline:
     counts = Counter(status_of(f.get("status")) for f in run.findings)
-    found = ", ".join(f"{counts[s]} {s.value}" for s in ORDER if counts[s]) or "no findings"
+    found = ", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "no findings"
     took = f" in {run.duration_s:.2f} s" if run.duration_s is not None else ""
     when = ""
     if run.started is not None:
@@ -194,7 +191,7 @@ def _checks_table(run: HostRun) -> Table:
     for check in run.checks:
         cid = str(check.get("id", ""))
         counts = Counter(status_of(f.get("status")) for f in run.findings_of(cid))
-        found = ", ".join(f"{counts[s]} {s.value}" for s in ORDER if counts[s]) or "-"
+        found = ", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "-"
         duration = number(check.get("duration_s"))
         took = f"{duration:.3f}" if duration is not None else "-"
         if cid in run.timed_out:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nodeagent.engine import Report
-from nodeagent.finding import Finding, Status
+from nodeagent.finding import WORST_FIRST, Finding, Status
 from nodeagent.parse import format_cpulist
 
 STYLE = {
@@ -22,7 +22,6 @@ STYLE = {
     Status.OK: "green",
     Status.SKIPPED: "dim",
 }
-ORDER = (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIPPED)
 MAX_EVIDENCE = 6
 # Columns of a piped table (`check -v | less`): more than any line, so nothing is wrapped (a URL
 # cut in two no longer opens); the table itself is sized to its content, not to this.
@@ -70,7 +69,7 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
     table.add_column("check", no_wrap=True)
     table.add_column("subject", overflow="fold", max_width=22)
     table.add_column("finding", ratio=1, overflow="fold")
-    findings = sorted(r.findings, key=lambda f: ORDER.index(f.status))
+    findings = sorted(r.findings, key=lambda f: WORST_FIRST.index(f.status))
     for f in findings:
         table.add_row(Text(f.status.value, style=STYLE[f.status]), f.check_id, f.subject, f.summary)
     parts: list[Any] = [table]
@@ -79,7 +78,7 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
         parts.append(Text())
         parts.append(_details(f))
     counts = Counter(f.status for f in r.findings)
-    summary = Text(", ".join(f"{counts[s]} {s.value}" for s in ORDER if counts[s]) or "no findings")
+    summary = Text(", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "no findings")
     summary.append(f" in {r.duration_s:.2f}s; worst: ")
     summary.append(r.status.value, style=STYLE[r.status])
     slowest = max(r.results, key=lambda x: x.duration_s, default=None)

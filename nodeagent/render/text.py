@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.finding import Status
+from nodeagent.finding import WORST_FIRST, Status
 from nodeagent.render.outputs import (
     HostRun,
     attention,
@@ -26,7 +26,6 @@ from nodeagent.render.outputs import (
     xml_safe,
 )
 
-ORDER = (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.OK, Status.SKIPPED)
 WIDTH = len(max((s.value for s in Status), key=len))  # "UNKNOWN": the status column's width
 INDENT = " " * (WIDTH + 1)  # the fix line starts under the check's name
 
@@ -70,7 +69,7 @@ def counts_line(doc: Mapping[str, Any]) -> str:
     """`2 FAIL, 1 WARN, 14 OK in 0.42s; worst: FAIL`: every finding counted by status."""
     runs = host_runs(doc)
     counts = Counter(status_of(f.get("status")) for run in runs for f in run.findings)
-    text = ", ".join(f"{counts[s]} {s.value}" for s in ORDER if counts[s]) or "no findings"
+    text = ", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "no findings"
     failed = sum(1 for run in runs if run.error is not None)
     if failed:
         text += f"; {failed} host(s) without a result"

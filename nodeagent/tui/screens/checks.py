@@ -12,8 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from nodeagent.finding import Status
-from nodeagent.render.table import ORDER
+from nodeagent.finding import WORST_FIRST, Status
 from nodeagent.tui.screens.areas import AREAS, area_of
 from nodeagent.tui.widgets.status import status_text
 
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 # Status filters, in the order "f" cycles through them.
 FILTERS: dict[str, tuple[Status, ...]] = {
-    "all": tuple(ORDER),
+    "all": tuple(WORST_FIRST),
     "needs attention": (Status.FAIL, Status.UNKNOWN, Status.WARN),
     "FAIL": (Status.FAIL,),
     "UNKNOWN": (Status.UNKNOWN,),
@@ -99,7 +98,7 @@ class ChecksScreen(Screen[None]):
         table.clear()
         self.rows = {}
         findings = [f for r in app.results.values() for f in r.findings]
-        findings.sort(key=lambda f: (ORDER.index(f.status), f.check_id, f.subject))
+        findings.sort(key=lambda f: (WORST_FIRST.index(f.status), f.check_id, f.subject))
         for i, f in enumerate(x for x in findings if self._visible(x)):
             key = f"{i}:{f.check_id}:{f.subject}"
             self.rows[key] = f

@@ -14,8 +14,8 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from nodeagent.finding import Status
-from nodeagent.render.table import ORDER, STYLE
+from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.render.table import STYLE
 
 if TYPE_CHECKING:
     from nodeagent.cluster.runner import HostOutcome
@@ -49,7 +49,7 @@ def attention(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """FAIL, UNKNOWN, WARN findings, worst first."""
     return sorted(
         (f for f in findings if _status(f) in ATTENTION),
-        key=lambda f: (ORDER.index(_status(f)), str(f.get("check_id", "")), str(f.get("subject", ""))),
+        key=lambda f: (WORST_FIRST.index(_status(f)), str(f.get("check_id", "")), str(f.get("subject", ""))),
     )
 
 
