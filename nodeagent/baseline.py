@@ -350,6 +350,7 @@ def compare(
 # operator calls one: GPUs by PCI address (their labels are driver indices, which shift when one
 # is lost), RDMA ports by their HCA, interfaces by name.
 _DEVICE_SECTIONS = {"gpus": "GPU", "rdma": "HCA", "nics": "interface"}
+_DRIVER_INDEX = re.compile(r"\bGPU\d+\b")  # nvidia-smi's and NVML's index in evidence keys
 _DEVICE_KEY = re.compile(r"^(gpus|rdma|nics)\[([^\]]*)\]\.(.+)$")
 
 
@@ -369,7 +370,9 @@ class DeviceChange:
         m = _DEVICE_KEY.match(key)
         if m is not None and m.group(1) == self.section:
             return self.section == "gpus" or _device_name(m.group(1), m.group(2)) == self.name
-        return re.search(rf"(?<![\w.:-]){re.escape(self.name)}(?![\w.:-])", key) is not None
+        if self.section == "gpus" and _DRIVER_INDEX.search(key):
+            return True  # the driver renumbers the GPUs after the lost one: "GPU3" is now "GPU2"
+        return re.search(rf"(?<![\w:]){re.escape(self.name)}(?![\w:])", key) is not None
 
 
 def _device_name(section: str, label: str) -> str:

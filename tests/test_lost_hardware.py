@@ -129,6 +129,10 @@ def test_a_lost_gpu_fails_against_the_playbook_and_the_baseline(tmp_path: Path, 
     address = lost.lower().removeprefix("0000")  # 00000000:0D:00.0 as the facts normalise it
     gone = [f for f in failing(doc) if f[0] == "baseline"]
     assert len(gone) == 1, gone  # one finding for the card, not one per value it had
+    # ... and nothing else from the baseline: the values of the lost card, and those of the cards
+    # the driver renumbered after it (GPU3 is now GPU2), are that one change.
+    others = [f["subject"] for f in doc["findings"] if f["check_id"] == "baseline" and f["status"] != "FAIL"]
+    assert others == []
     assert gone[0][1].startswith("GPU ") and gone[0][1].lower().endswith(address[-7:])
     assert "gone" in gone[0][2]
 
@@ -146,6 +150,7 @@ def test_a_lost_hca_fails(tmp_path: Path, k80_node: Path) -> None:
     code, doc = gate(k80_node, "--playbook", user_playbook(tmp_path), "--baseline", str(saved))
     assert code == 2
     assert [f[:2] for f in failing(doc)] == [("baseline", "HCA mlx5_3")]
+    assert [f["subject"] for f in doc["findings"] if f["check_id"] == "baseline"] == ["HCA mlx5_3"]
 
 
 def test_a_node_without_any_rdma_port_fails_gpu_training_alone(tmp_path: Path, k80_node: Path) -> None:
