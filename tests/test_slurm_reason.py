@@ -212,7 +212,7 @@ def test_names_are_the_worst_status_subjects_each_once(
     named = names_in(reason, worst.value)
     assert len(named) == len(set(named)), reason  # each subject once
     expected = {
-        " ".join(f"{cid}/{subject}".replace(",", " ").split()) if subject.strip() else cid
+        " ".join(f"{cid}/{subject.strip()}".replace(",", " ").split()) if subject.strip() else cid
         for cid, subject, status in findings
         if status is worst
     }

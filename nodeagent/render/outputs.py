@@ -364,7 +364,7 @@ def attention(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def label(finding: Mapping[str, Any]) -> str:
     """`check/subject` (or the check alone), as the terminal table names a finding."""
-    subject = str(finding.get("subject") or "")
+    subject = str(finding.get("subject") or "").strip()  # a blank subject is none
     check = str(finding.get("check_id") or "")
     return f"{check}/{subject}" if subject else check
 
