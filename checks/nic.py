@@ -16,6 +16,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field, replace
 
+from nodeagent import parse
 from nodeagent.check import Check, param
 from nodeagent.facts import gpus, network, pci, topology
 from nodeagent.facts.gpus import Gpu
@@ -111,7 +112,7 @@ def collect(host: Host) -> Facts:
         numa_raw[n.name] = host.read_value(f"{_device_dir(n)}/numa_node")
         carrier[n.name] = host.read_value(f"{NET_DIR}/{n.name}/carrier")
         raw = host.read_value(f"{NET_DIR}/{n.name}/statistics/rx_packets")
-        rx[n.name] = int(raw) if raw is not None and raw.isascii() and raw.isdigit() else None
+        rx[n.name] = parse.decimal(raw) if raw is not None else None
     peermem, evidence, readable = _peermem(host)
     return Facts(
         net_listed=host.listdir(NET_DIR) is not None,

@@ -211,7 +211,7 @@ def collect(host: Host) -> Facts:
         for a in gpu_addrs:
             link = host.readlink(f"{PCI_DIR}/{a}/iommu_group")
             group = link.rstrip("/").rsplit("/", 1)[-1] if link else None
-            group = group if group and group.isdigit() else None
+            group = group if group and parse.is_decimal(group) else None
             kind = host.read_value(f"{IOMMU_DIR}/{group}/type") if group else None
             gpu_iommu[a] = (group, kind)
 

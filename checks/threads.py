@@ -115,8 +115,9 @@ def collect(host: Host) -> Facts:
 
 
 def _is_count(text: str) -> bool:
-    # str.isdigit() accepts "²", which int() rejects: corrupt files must not raise.
-    return text.isascii() and text.isdigit()
+    # ASCII digits of a bounded length: "²" passes str.isdigit() and a 5000-digit value int()'s
+    # digit limit, and neither may raise.
+    return parse.is_decimal(text)
 
 
 def _is_python(name: str, argv0: str) -> bool:

@@ -166,3 +166,43 @@ def run_report(
     report.results = [by_id[c.id] for c in checks if c.id in by_id]
     report.duration_s = time.perf_counter() - start
     return report
+
+
+# `nodeagent facts` reads what every check reads, and more (the whole PCI tree, `nvidia-smi`): a
+# minute is many times what a large node takes (seconds), and bounds a hung read or a hostile tree.
+FACTS_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class FactsResult:
+    """The node's facts document, or None when collecting them did not finish within `timeout_s`
+    (abandoned like an overdue check), with the reason."""
+
+    doc: dict[str, Any] | None
+    duration_s: float
+    reason: str | None = None
+
+
+def collect_facts(host: Host, timeout_s: float = FACTS_TIMEOUT_S, commands: bool = True) -> FactsResult:
+    """facts.node.collect under the engine's time limit (the same pool as the checks: a daemon
+    worker, abandoned when overdue). An exception is a reason, never a crash."""
+    from nodeagent.facts import node
+
+    def one(_: int) -> tuple[dict[str, Any] | None, str | None]:
+        try:
+            return node.collect(host, commands=commands), None
+        except Exception as exc:  # as a check's crash: the reason, with where it was raised
+            frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+            where = f" at {frame.filename.rsplit('/', 2)[-1]}:{frame.lineno}" if frame else ""
+            return None, f"the facts could not be collected ({type(exc).__name__}: {exc}{where})"
+
+    for done in pool.bounded([0], one, 1, lambda _: timeout_s, "nodeagent-facts"):
+        if isinstance(done.outcome, pool.Overdue):
+            overdue = (
+                f"not collected: did not finish within {timeout_s:g}s (a read or command hung, or the "
+                "tree is too large to read in that time)"
+            )
+            return FactsResult(None, done.duration_s, overdue)
+        doc, reason = done.outcome
+        return FactsResult(doc, done.duration_s, reason)
+    return FactsResult(None, 0.0, "not collected")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nodeagent import parse
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host
 
@@ -51,7 +52,7 @@ class CpuFreq:
 def _cpu_words(text: str) -> list[int]:
     """related_cpus / affected_cpus: "0 1 2" (space separated, unlike cpulist files)."""
     words = text.split()
-    if not words or not all(w.isdigit() for w in words):
+    if not words or not all(parse.is_decimal(w) and int(w) < parse.MAX_CPU for w in words):
         raise ValueError(f"not a CPU list: {text!r}")
     return sorted({int(w) for w in words})
 
@@ -67,7 +68,8 @@ def collect(host: Host) -> CpuFreq:
 
 def _collect(host: Host) -> CpuFreq:
     r = Reader(host)
-    cpus = sorted(int(m.group(1)) for e in host.listdir(CPU_DIR) or [] if (m := re.fullmatch(r"cpu(\d+)", e)))
+    names = host.listdir(CPU_DIR) or []
+    cpus = sorted(int(m.group(1)) for e in names if (m := re.fullmatch(r"cpu(\d{1,6})", e)))
     candidates = [
         f"{CPUFREQ_DIR}/{e}"
         for e in sorted(host.listdir(CPUFREQ_DIR) or [], key=lambda e: (len(e), e))
@@ -89,7 +91,7 @@ def _collect(host: Host) -> CpuFreq:
             continue  # an empty folder (a partial recording): nothing to read or write there
         owned = r.parsed(f"{path}/related_cpus", _cpu_words) or r.parsed(f"{path}/affected_cpus", _cpu_words)
         if not owned:
-            m = re.search(r"/(?:cpu|policy)(\d+)(?:/cpufreq)?$", path)
+            m = re.search(r"/(?:cpu|policy)(\d{1,6})(?:/cpufreq)?$", path)
             owned = [int(m.group(1))] if m else []
         key = frozenset(owned)
         if owned and key in seen_cpus:

@@ -49,15 +49,15 @@ SOURCE = "dmesg -r"
 TIMEOUT_S = 10.0
 LOG_KERN = 0  # syslog facility of the kernel's own messages
 
-_KMSG = re.compile(r"^(\d+),(\d+),(-?\d+),[^;]*;(.*)$")
-_RAW = re.compile(r"^<(\d+)>(?:\[\s*(\d+)\.(\d+)\]\s?)?(.*)$")
-_TIMED = re.compile(r"^\[\s*(\d+)\.(\d+)\]\s?(.*)$")
+_KMSG = re.compile(r"^(\d{1,20}),(\d{1,20}),(-?\d{1,20}),[^;]*;(.*)$")
+_RAW = re.compile(r"^<(\d{1,20})>(?:\[\s*(\d{1,20})\.(\d{1,20})\]\s?)?(.*)$")
+_TIMED = re.compile(r"^\[\s*(\d{1,20})\.(\d{1,20})\]\s?(.*)$")
 _KMSG_CONTINUATION = re.compile(r"^ [A-Z][A-Z0-9_]*=")
 
 XID_MARK = "NVRM: Xid"
 _XID = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>(?:[0-9A-Fa-f]{1,8}:)?[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-    r"(?:\s+GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+)(?:,\s*(?P<rest>.*?))?\s*$"
+    r"(?:\s+GPU-I:(?P<gi>\d{1,20}))?\): (?P<xid>\d{1,20})(?:,\s*(?P<rest>.*?))?\s*$"
 )
 _PROCESS = re.compile(r"pid=(?P<pid>[^,]*)(?:,\s*name=(?P<name>[^,]*))?(?:,\s*(?P<detail>.*))?$")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nodeagent import parse
 from nodeagent.host import Host
 
 LIMITS_PATH = "/proc/self/limits"
@@ -33,7 +34,7 @@ class Limit:
 def _value(text: str) -> int | None:
     if text == "unlimited":
         return UNLIMITED
-    if not text.isdigit():
+    if not parse.is_decimal(text):
         return None
     return UNLIMITED if int(text) >= _EFFECTIVELY_UNLIMITED else int(text)
 

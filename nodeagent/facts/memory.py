@@ -50,7 +50,7 @@ class Memory:
 
 
 def _size_kb(name: str) -> int | None:
-    m = re.fullmatch(r"hugepages-(\d+)kB", name)
+    m = re.fullmatch(r"hugepages-(\d{1,20})kB", name)
     return int(m.group(1)) if m else None
 
 
@@ -62,7 +62,7 @@ def _collect(host: Host) -> Memory:
     r = Reader(host)
     info = parse.meminfo(r.text("/proc/meminfo") or "")
     nodes = sorted(
-        int(m.group(1)) for e in host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d+)", e))
+        int(m.group(1)) for e in host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d{1,6})", e))
     )
     pools: list[HugePagePool] = []
     for name in host.listdir(HUGE_DIR) or []:

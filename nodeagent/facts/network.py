@@ -13,6 +13,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
+from nodeagent import parse
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host
 
@@ -59,7 +60,9 @@ IB_WIDTHS = frozenset({1, 2, 4, 8, 12})
 # rate_show: "%d%s Gb/sec (%dX%s)" -> "100 Gb/sec (4X EDR)", "2.5 Gb/sec (1X SDR)". Kernels before
 # 4.x printed SDR without a name ("10 Gb/sec (4X)"); ibstat gives the rate alone, so a recording
 # converted from it holds "200 Gb/sec" and says nothing about the width.
-_RATE = re.compile(r"(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \((?P<width>\d+)X(?: (?P<speed>[A-Z][A-Z0-9]*))?\))?")
+_RATE = re.compile(
+    r"(?P<gbps>\d+(?:\.\d+)?) Gb/sec(?: \((?P<width>\d{1,20})X(?: (?P<speed>[A-Z][A-Z0-9]*))?\))?"
+)
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ def parse_port_state(text: str, table: dict[int, str]) -> tuple[str | None, str 
     """ "4: ACTIVE" -> ("ACTIVE", None); what the kernel's "%d: %s" cannot have printed ->
     (None, why). The number and the name must agree with the kernel's table: a recording whose
     phys_state reads "4: ACTIVE" (4 is PortConfigurationTraining) says nothing certain."""
-    m = re.fullmatch(r"(\d+): (.+)", text.strip())
+    m = re.fullmatch(r"(\d{1,20}): (.+)", text.strip())
     if not m:
         return None, "not '<number>: <name>' as the kernel prints it"
     number, name = int(m.group(1)), m.group(2).strip()
@@ -262,7 +265,7 @@ def _collect_rdma(host: Host) -> list[RdmaPort]:
         pci_address = _pci_in(_resolve(host, hardware) or hardware) if hardware else None
         netdevs = (host.listdir(f"{hardware}/net") or []) if hardware else []
         for port in host.listdir(f"{base}/ports") or []:
-            if port.isdigit():
+            if parse.is_decimal(port):
                 out.append(_port(host, dev, int(port), device, pci_address, netdevs))
     return out
 

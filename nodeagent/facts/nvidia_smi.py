@@ -56,7 +56,7 @@ _UNAVAILABLE = {
     "not available",
     "",
 }
-_NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)\s*([A-Za-z%/]*)$")
+_NUMBER = re.compile(r"^(-?\d{1,20}(?:\.\d{1,20})?)\s*([A-Za-z%/]*)$")
 _PSTATE = re.compile(r"^P(\d{1,2})$")
 
 # Where each link and load value is in a <gpu> element: parsed from there, and named in evidence.
@@ -316,8 +316,8 @@ class LinkBlock:
     name: str | None = None  # "NVIDIA H100 PCIe"
 
 
-_GPU_HEADER = re.compile(r"^GPU\s+(\d+):\s*(.*?)\s*(?:\(UUID:\s*(\S+?)\))?\s*$")
-_LINK_LINE = re.compile(r"^\s*Link\s+(\d+):\s*(.*?)\s*$")
+_GPU_HEADER = re.compile(r"^GPU\s+(\d{1,20}):\s*(.*?)\s*(?:\(UUID:\s*(\S+?)\))?\s*$")
+_LINK_LINE = re.compile(r"^\s*Link\s+(\d{1,20}):\s*(.*?)\s*$")
 
 
 def parse_nvlink_blocks(text: str) -> list[LinkBlock]:
@@ -353,7 +353,7 @@ def link_state(text: str) -> tuple[bool | None, str | None]:
     return None, None
 
 
-_ERROR_ITEM = re.compile(r"([A-Za-z][A-Za-z ]*?)\s+Errors?:\s*(\d+)")
+_ERROR_ITEM = re.compile(r"([A-Za-z][A-Za-z ]*?)\s+Errors?:\s*(\d{1,20})(?!\d)")
 
 
 def parse_link_errors(text: str) -> dict[str, int]:

@@ -38,6 +38,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from nodeagent import parse
 from nodeagent.facts import gpus, network, pci, topology
 from nodeagent.facts.pci import PciDevice
 from nodeagent.facts.topo_matrix import LINK_RANK
@@ -99,7 +100,7 @@ class PciTopology:
 
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """ "mlx5_10" after "mlx5_2", as nvidia-smi lists them (sysfs listings sort as text)."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name))
+    return tuple((0, int(part)) if parse.is_decimal(part) else (1, part) for part in re.split(r"(\d+)", name))
 
 
 def placed(dev: PciDevice) -> bool:

@@ -25,14 +25,25 @@ class Reader:
         self.host = host
         self.problems: list[str] = []
 
+    def _read(self, path: str) -> str | None:
+        """Host.read; a file that is there but unreadable (larger than the read limit, a FIFO in a
+        recording) is recorded in `problems` with the Host's reason, so a check says UNKNOWN."""
+        text = self.host.read(path)
+        if text is None:
+            why = self.host.unreadable(path)
+            if why:
+                self.problems.append(f"{path}: {why}")
+        return text
+
     def text(self, path: str) -> str | None:
-        return self.host.read(path)
+        return self._read(path)
 
     def value(self, path: str) -> str | None:
-        return self.host.read_value(path)
+        text = self._read(path)
+        return None if text is None else text.strip()
 
     def parsed(self, path: str, parser: Callable[[str], T]) -> T | None:
-        raw = self.host.read(path)
+        raw = self._read(path)
         if raw is None or not raw.strip():
             return None
         try:

@@ -54,7 +54,7 @@ class TopoMatrix:
         return {
             peer: int(cell[2:])
             for peer in self.gpus
-            if (cell := self.link(gpu, peer) or "").startswith("NV") and cell[2:].isdigit()
+            if (cell := self.link(gpu, peer) or "").startswith("NV") and parse.is_decimal(cell[2:])
         }
 
     def nearest_nics(self, gpu: str) -> list[str]:
@@ -192,7 +192,7 @@ def _cpus(cell: str, gpu: str, notes: list[str]) -> list[int] | None:
 
 
 def _number(cell: str) -> int | None:
-    return int(cell) if cell.isdigit() else None
+    return int(cell) if parse.is_decimal(cell) else None
 
 
 def _is_header(line: str) -> bool:

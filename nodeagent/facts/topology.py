@@ -101,7 +101,7 @@ def _online_cpus(r: Reader) -> tuple[list[int], list[int]]:
     else, with no /sys/devices/system/cpu at all, the "processor" entries of /proc/cpuinfo, which
     lists online CPUs only (psutil's cpu_count falls back the same way)."""
     numbered = sorted(
-        int(m.group(1)) for e in r.host.listdir(CPU_DIR) or [] if (m := re.fullmatch(r"cpu(\d+)", e))
+        int(m.group(1)) for e in r.host.listdir(CPU_DIR) or [] if (m := re.fullmatch(r"cpu(\d{1,6})", e))
     )
     online = r.cpulist(f"{CPU_DIR}/online")
     if online is None and not numbered:
@@ -118,7 +118,8 @@ def _cpuinfo_processors(text: str | None) -> list[int] | None:
     found = [
         int(value)
         for line in (text or "").splitlines()
-        if (parts := line.split(":", 1))[0].strip() == "processor" and (value := parts[-1].strip()).isdigit()
+        if (parts := line.split(":", 1))[0].strip() == "processor"
+        and parse.is_decimal(value := parts[-1].strip())
     ]
     return found or None
 
@@ -128,7 +129,7 @@ def _gpu_memory_nodes(r: Reader) -> dict[int, str]:
     out: dict[int, str] = {}
     for gpu in r.host.listdir(NVIDIA_GPUS_DIR) or []:
         text = r.text(f"{NVIDIA_GPUS_DIR}/{gpu}/numa_status") or ""
-        m = re.search(r"^Node:\s*(-?\d+)", text, re.MULTILINE)
+        m = re.search(r"^Node:\s*(-?\d{1,20})(?!\d)", text, re.MULTILINE)
         if m and int(m.group(1)) >= 0:
             out[int(m.group(1))] = gpu
     return out
@@ -150,7 +151,7 @@ def _distances(r: Reader, node: int, candidates: list[list[int]]) -> dict[int, i
     if not raw:
         return {}
     values = raw.split()
-    if not all(v.isdigit() for v in values):
+    if not all(parse.is_decimal(v) for v in values):
         r.problems.append(f"{NODE_DIR}/node{node}/distance: unparsable value {raw!r}")
         return {}
     for ids in candidates:
@@ -209,7 +210,7 @@ def _collect(host: Host) -> Topology:
     memory_total_mib = None if mem_total_kb is None else round(mem_total_kb / 1024)
 
     node_ids = sorted(
-        int(m.group(1)) for e in host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d+)", e))
+        int(m.group(1)) for e in host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d{1,6})", e))
     )
     distance_ids = [
         ids for ids in (r.cpulist(f"{NODE_DIR}/online"), node_ids, r.cpulist(f"{NODE_DIR}/possible")) if ids

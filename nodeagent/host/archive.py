@@ -13,24 +13,40 @@ import posixpath
 from collections.abc import Iterable, Mapping
 from typing import BinaryIO
 
-from nodeagent.host.base import MAX_READ_BYTES
-from nodeagent.host.tree import DIR, FILE, LINK, Tree
+from nodeagent.host.base import env_limit, max_read_bytes, too_large
+from nodeagent.host.tree import DIR, FILE, LINK, NAME_MAX, PATH_MAX, Tree
 
-_MAX_ARCHIVE_BYTES = 1 << 30  # a snapshot is a few MB; refuse a decompression bomb
+# A recording is a few MB (tens of thousands of small files); these stop a decompression bomb or a
+# hostile archive while it is read, before it costs the memory: the decompressed bytes are counted
+# chunk by chunk, the members one by one. Raise them with the environment variables when a real
+# recording is that large.
+MAX_ARCHIVE_MIB = 512
+MAX_ARCHIVE_MIB_ENV = "NODEAGENT_MAX_ARCHIVE_MIB"
+MAX_ARCHIVE_MEMBERS = 200_000
+MAX_ARCHIVE_MEMBERS_ENV = "NODEAGENT_MAX_ARCHIVE_MEMBERS"
+_CHUNK = 1 << 20
+_BLOCK = 512  # a tar header
+
+
+class ArchiveTooLarge(ValueError):
+    """An archive past one of the limits above: its message is the whole story, for one line."""
 
 
 def _decompressed(archive: str | bytes) -> bytes:
-    """The archive's tar bytes (from a file, or already in memory as pulled over SSH).
-    Decompressing in one go is ~20x faster than tarfile's stream reader."""
+    """The archive's tar bytes (from a file, or already in memory as pulled over SSH), decompressed
+    in chunks of 1 MiB and counted as they come: ArchiveTooLarge as soon as they pass the limit.
+    (Chunks, not tarfile's stream reader: that is ~20x slower.)"""
     import bz2
     import gzip
     import lzma
 
+    mib = env_limit(MAX_ARCHIVE_MIB_ENV, MAX_ARCHIVE_MIB)
+    limit = mib << 20
     raw: BinaryIO = io.BytesIO(archive) if isinstance(archive, bytes) else open(archive, "rb")  # noqa: SIM115
+    out = io.BytesIO()
     with raw:
         head = raw.read(6)
         raw.seek(0)
-        limit = _MAX_ARCHIVE_BYTES + 1
         stream: io.BufferedIOBase | BinaryIO
         if head.startswith(b"BZh"):
             stream = bz2.BZ2File(raw)
@@ -40,10 +56,24 @@ def _decompressed(archive: str | bytes) -> bytes:
             stream = lzma.LZMAFile(raw)  # noqa: SIM115 - closed with `raw`
         else:
             stream = raw
-        data = stream.read(limit)
-    if len(data) > _MAX_ARCHIVE_BYTES:
-        raise ValueError(f"larger than {_MAX_ARCHIVE_BYTES >> 20} MiB once decompressed")
-    return data
+        size = 0
+        while True:
+            chunk = stream.read(min(_CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise ArchiveTooLarge(
+                    f"larger than {mib} MiB decompressed (limit {MAX_ARCHIVE_MIB_ENV}); a recording is a "
+                    "few MB: is this the right file?"
+                )
+            out.write(chunk)
+    return out.getvalue()
+
+
+def _too_long(path: str) -> bool:
+    """A path the kernel could not have (ENAMETOOLONG): left out of the tree, so that it is absent."""
+    return len(path) > PATH_MAX or any(len(name) > NAME_MAX for name in path.split("/"))
 
 
 class MemoryTree(Tree):
@@ -88,16 +118,30 @@ class MemoryTree(Tree):
     def resolve(self, path: str) -> str | None:
         """Tree.resolve, remembered folder by folder: the tree does not change once built, and the
         checks read hundreds of files below the same few folders (a fleet's checks spent a third of
-        their time resolving the same prefixes again)."""
+        their time resolving the same prefixes again). A loop over the components, not a recursion:
+        a path may have 2048 of them."""
         try:
             return self._resolved[path]
         except KeyError:
             pass
-        head, _, name = path.rstrip("/").rpartition("/")
-        if name in ("", ".", "..") or not path.startswith("/"):
-            real = super().resolve(path)
-        else:
-            real = self._step(self.resolve(head or "/"), name)
+        names = path.split("/")
+        if len(path) > PATH_MAX or not path.startswith("/") or any(n in (".", "..") for n in names):
+            real = None if len(path) > PATH_MAX else super().resolve(path)
+            self._resolved[path] = real
+            return real
+        real = "/"
+        prefix = ""
+        for name in names[1:]:
+            if not name:  # "//" or a trailing "/": what Tree.resolve makes of them
+                continue
+            prefix = f"{prefix}/{name}"
+            known = self._resolved.get(prefix, self)
+            if known is self:
+                known = self._resolved[prefix] = self._step(real, name)
+            if known is None:
+                real = None
+                break
+            real = known  # type: ignore[assignment]
         self._resolved[path] = real
         return real
 
@@ -129,16 +173,32 @@ class MemoryTree(Tree):
 
 
 class ArchiveTree(MemoryTree):
-    """A tar archive read into memory. Devices, FIFOs and hard links are left out."""
+    """A tar archive read into memory. Devices, FIFOs and hard links are left out, and so are paths
+    longer than PATH_MAX or with a name longer than NAME_MAX. A file larger than the read limit is
+    there, but unreadable (Tree.unreadable says why). More members than the limit, or a corrupt
+    header after the first member, is an error (ArchiveTooLarge, ValueError), never a partial tree."""
 
     def __init__(self, archive: str | bytes) -> None:
         import tarfile
 
         super().__init__()
-        with tarfile.open(fileobj=io.BytesIO(_decompressed(archive)), mode="r:") as tf:
+        self._why: dict[str, str] = {}
+        max_members = env_limit(MAX_ARCHIVE_MEMBERS_ENV, MAX_ARCHIVE_MEMBERS)
+        read_limit = max_read_bytes()
+        data = _decompressed(archive)
+        count = 0
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
             for member in tf:
+                count += 1
+                if count > max_members:
+                    raise ArchiveTooLarge(
+                        f"more than {max_members} members (limit {MAX_ARCHIVE_MEMBERS_ENV}); a recording "
+                        "holds tens of thousands: is this the right file?"
+                    )
+                if len(member.name) > 2 * PATH_MAX:
+                    continue
                 path = posixpath.normpath("/" + member.name)
-                if path == "/":
+                if path == "/" or _too_long(path):
                     continue
                 if member.isdir():
                     self._add(path, DIR)
@@ -146,9 +206,19 @@ class ArchiveTree(MemoryTree):
                     self._add(path, LINK)
                     self._links[path] = member.linkname
                 elif member.isfile():
-                    f = tf.extractfile(member)
-                    self._files[path] = f.read(MAX_READ_BYTES) if f else b""
+                    if member.size > read_limit:
+                        self._why[path] = too_large(read_limit)
+                    else:
+                        f = tf.extractfile(member)
+                        self._files[path] = f.read() if f else b""
                     self._add(path, FILE)
+            # tarfile stops quietly at a header it cannot read after the first one: an archive cut
+            # short or corrupt there is an error, not a nearly empty node. What follows the last
+            # member must be the end-of-archive zero blocks (or nothing).
+            end = tf.offset
+        rest = data[end : end + _BLOCK]
+        if rest.strip(b"\x00"):
+            raise ValueError(f"corrupt or truncated tar header at byte {end} (after {count} members)")
 
 
 class SubTree(Tree):
@@ -172,6 +242,10 @@ class SubTree(Tree):
 
     def entries(self, path: str) -> list[str] | None:
         return self.base.entries(self._outer(path))
+
+    def unreadable(self, path: str) -> str | None:
+        real = self.resolve(path)
+        return None if real is None else self.base.unreadable(self._outer(real))
 
     def write(self, path: str, value: str) -> None:
         real = self.resolve(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 import threading
@@ -12,8 +13,34 @@ from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
-# A sysfs or procfs file larger than this is not one of ours (e.g. /proc/kcore): never read it whole.
+
+def env_limit(name: str, default: int) -> int:
+    """A size or count limit, overridden by environment variable `name` (a positive integer);
+    anything else there leaves the default. Read when used, so a test or a caller may change it."""
+    text = os.environ.get(name, "").strip()
+    ok = text.isascii() and text.isdigit() and len(text) <= 18 and int(text) > 0
+    return int(text) if ok else default
+
+
+# The largest one sysfs/procfs value read through a Host (NODEAGENT_MAX_READ_BYTES). The files the
+# checks read are a page or a few (cpulist files, /proc/self/limits: under 4 KiB; mountinfo of a
+# busy node: tens of KiB). A larger one is not one of ours (/proc/kcore, a hostile recording): the
+# read stops there and the value is unreadable ("larger than N"), never truncated and never loaded
+# whole. Command output (`dmesg -r`) is not a file read: its cap is the command's own.
 MAX_READ_BYTES = 1 << 20
+MAX_READ_ENV = "NODEAGENT_MAX_READ_BYTES"
+
+
+def max_read_bytes() -> int:
+    return env_limit(MAX_READ_ENV, MAX_READ_BYTES)
+
+
+def too_large(limit: int) -> str:
+    """The reason a value over the read limit is unreadable."""
+    size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
+    return f"unreadable: larger than {size} (limit {MAX_READ_ENV})"
+
+
 # A snapshot's layout: the tree itself, the recorded command outputs, and its metadata.
 COMMANDS_DIR = "commands"
 META_FILE = "nodeagent.json"
@@ -88,6 +115,11 @@ class Host(ABC):
 
     @abstractmethod
     def is_dir(self, path: str) -> bool: ...
+
+    def unreadable(self, path: str) -> str | None:
+        """Why `read(path)` gave None although something is there ("unreadable: larger than 1 MiB",
+        "unreadable: a FIFO, not a regular file"); None when it is absent or was read."""
+        return None
 
     @abstractmethod
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:

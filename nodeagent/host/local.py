@@ -35,6 +35,9 @@ class TreeHost(Host):
     def is_dir(self, path: str) -> bool:
         return self.tree.is_dir(path)
 
+    def unreadable(self, path: str) -> str | None:
+        return self.tree.unreadable(path)
+
     def lexists(self, path: str) -> bool:
         return self.tree.lexists(path)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import tarfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from nodeagent.errors import UsageError
-from nodeagent.host.archive import ArchiveTree, SubTree
+from nodeagent.host.archive import ArchiveTooLarge, ArchiveTree, SubTree
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
 from nodeagent.host.local import LocalHost, TreeHost
 from nodeagent.host.tree import DIR, LiveTree, Tree
@@ -58,6 +59,8 @@ class SnapshotHost(TreeHost):
                 raise UsageError(f"{self.source}: an archive is read-only; extract it to write to it")
             try:
                 base = ArchiveTree(data if data is not None else str(self.source))
+            except ArchiveTooLarge as e:
+                raise UsageError(f"{self.source}: {e}") from None
             except (tarfile.TarError, OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
                 raise UsageError(
                     f"{self.source}: not a readable tar archive ({e}); record one with `nodeagent snapshot`"
@@ -111,7 +114,9 @@ class SnapshotHost(TreeHost):
         if out is None:
             return CmdResult(args, "", f"{args[0]}: not recorded in snapshot {self.source.name}", 127)
         code_text = (self.tree.read(stem + ".exit") or "0").strip()
-        code = int(code_text) if code_text.lstrip("-").isdigit() else 1
+        # An exit status is 0-255 (or a negative signal number): anything else recorded there is
+        # not one, and reads as a failure (1), never as an error of ours (int() of 5000 digits).
+        code = int(code_text) if re.fullmatch(r"-?[0-9]{1,10}", code_text) else 1
         return CmdResult(args, out, self.tree.read(stem + ".err") or "", code)
 
 

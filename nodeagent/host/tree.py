@@ -13,11 +13,21 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import stat
 from abc import ABC, abstractmethod
 
-from nodeagent.host.base import MAX_READ_BYTES
+from nodeagent.host.base import max_read_bytes, too_large
 
-_MAX_LINKS = 40  # as the kernel's own limit on nested symbolic links (MAXSYMLINKS)
+# Path resolution is bounded as the kernel's is, so a hostile recording (a link whose target is 400k
+# "./", a chain of links) is "not found", never slow: at most MAX_LINKS links followed per path
+# (MAXSYMLINKS, https://github.com/torvalds/linux/blob/master/include/linux/namei.h), a path or a
+# link target at most PATH_MAX bytes and a name at most NAME_MAX (ENAMETOOLONG,
+# https://github.com/torvalds/linux/blob/master/include/uapi/linux/limits.h). Resolution is then
+# linear in what it reads: at most (MAX_LINKS + 1) * PATH_MAX characters of components.
+MAX_LINKS = 40
+_MAX_LINKS = MAX_LINKS  # the name older code imported
+PATH_MAX = 4096
+NAME_MAX = 255
 
 FILE, DIR, LINK = "file", "dir", "link"
 
@@ -29,22 +39,45 @@ _O_PATH = getattr(os, "O_PATH", 0)
 _CHUNK = 1 << 16  # most sysfs and procfs files are one page; environ and mountinfo can be longer
 
 
+class TooLarge(OSError):
+    """A file longer than the read limit (base.MAX_READ_BYTES): unreadable, not truncated."""
+
+
 def _read_all(fd: int) -> bytes:
-    """Up to MAX_READ_BYTES from `fd`, until its end: sysfs and procfs files may return less than
-    asked before their end."""
+    """All of `fd` until its end (sysfs and procfs files may return less than asked before it);
+    TooLarge past the read limit, having read one byte more than it and no more."""
+    limit = max_read_bytes()
     chunks = []
     size = 0
-    while size < MAX_READ_BYTES:
-        chunk = os.read(fd, min(_CHUNK, MAX_READ_BYTES - size))
+    while size <= limit:
+        chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
         if not chunk:
             break
         chunks.append(chunk)
         size += len(chunk)
+    if size > limit:
+        raise TooLarge(errno.EFBIG, too_large(limit))
     return b"".join(chunks)
 
 
 def _decode(data: bytes) -> str:
-    return data[:MAX_READ_BYTES].decode("utf-8", errors="replace").rstrip("\x00")
+    return data.decode("utf-8", errors="replace").rstrip("\x00")
+
+
+_NOT_REGULAR = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def _not_regular(mode: int) -> str:
+    """Why a non-regular file is never opened: a FIFO blocks open() until a writer comes (forever,
+    in a recording), a device may act on being opened; O_NONBLOCK would not stop the latter."""
+    kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+    return f"unreadable: {kind}, not a regular file (never opened)"
 
 
 class Tree(ABC):
@@ -70,32 +103,53 @@ class Tree(ABC):
 
     # -- resolution and the operations built on it ---------------------------------------------
     def resolve(self, path: str) -> str | None:
-        """The canonical host path with every link followed, or None when a component is missing."""
-        pending = [c for c in path.split("/") if c]
-        current = "/"
+        """The canonical host path with every link followed, or None when a component is missing,
+        a path or link target is longer than PATH_MAX, or more than MAX_LINKS links are on the way.
+
+        Linear in what it reads: the components wait on a stack (next one last), a link's target is
+        split once and pushed, and the resolved prefixes are a stack too (".." pops one)."""
+        if len(path) > PATH_MAX:
+            return None
+        pending = [c for c in reversed(path.split("/")) if c and c != "."]
+        done = ["/"]  # done[-1] is the resolved path so far; done[i] its first i components
         hops = 0
         while pending:
-            comp = pending.pop(0)
-            if comp == ".":
-                continue
+            comp = pending.pop()
             if comp == "..":
-                current = posixpath.dirname(current)
+                if len(done) > 1:
+                    done.pop()
                 continue
-            candidate = posixpath.join(current, comp)
+            if len(comp) > NAME_MAX:
+                return None
+            current = done[-1]
+            candidate = current + comp if current == "/" else current + "/" + comp
+            if len(candidate) > PATH_MAX:
+                return None
             kind = self.kind(candidate)
             if kind is None:
                 return None
             if kind == LINK:
                 hops += 1
                 target = self.link_target(candidate)
-                if target is None or hops > _MAX_LINKS:
+                if target is None or hops > MAX_LINKS or len(target) > PATH_MAX:
                     return None
-                pending = [c for c in target.split("/") if c] + pending
+                pending.extend(c for c in reversed(target.split("/")) if c and c != ".")
                 if target.startswith("/"):
-                    current = "/"
+                    del done[1:]
                 continue
-            current = candidate
-        return current
+            done.append(candidate)
+        return done[-1]
+
+    def unreadable(self, path: str) -> str | None:
+        """Why a file that is there does not read (Host.unreadable); None when absent or readable."""
+        why: dict[str, str] = self.__dict__.get("_why") or {}
+        if not why:
+            return None
+        return why.get(path) or why.get(self.resolve(path) or "")
+
+    def _note(self, path: str, reason: str) -> None:
+        why = self.__dict__.setdefault("_why", {})
+        why[path] = reason
 
     def read(self, path: str) -> str | None:
         real = self.resolve(path)
@@ -168,6 +222,7 @@ class LiveTree(Tree):
     def __init__(self, root: str = "/") -> None:
         self.root = os.path.abspath(root)
         self._live = self.root == "/"
+        self._why: dict[str, str] = {}
 
     def _outer(self, path: str) -> str:
         return path if self._live else self.root + (path if path != "/" else "")
@@ -187,13 +242,27 @@ class LiveTree(Tree):
             return None
 
     def file_bytes(self, path: str) -> bytes | None:
+        outer = self._outer(path)
+        if not self._live:
+            # A recording's folder may hold anything: a FIFO would block open() forever, a device act
+            # on it. Only regular files are opened (sysfs and procfs attributes on "/" are regular).
+            try:
+                mode = os.stat(outer).st_mode
+            except OSError:
+                return None
+            if not stat.S_ISREG(mode):
+                self._note(path, _not_regular(mode))
+                return None
         try:
-            fd = os.open(self._outer(path), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(outer, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             # EACCES, EIO, EINVAL, ENODEV: sysfs attributes a driver refuses to show read as absent.
             return None
         try:
             return _read_all(fd)
+        except TooLarge as e:
+            self._note(path, e.strerror or "unreadable")
+            return None
         except OSError:
             return None
         finally:
@@ -220,6 +289,18 @@ class LiveTree(Tree):
 
     def fetch(self, path: str) -> tuple[str, bytes | str | None] | None:
         outer = self._outer(path)
+        if not self._live:  # as in file_bytes: what is not a regular file is never opened
+            try:
+                mode = os.lstat(outer).st_mode
+            except OSError:
+                return None
+            if stat.S_ISLNK(mode):
+                return LINK, self.link_target(path)
+            if stat.S_ISDIR(mode):
+                return DIR, None
+            if not stat.S_ISREG(mode):
+                self._note(path, _not_regular(mode))
+                return FILE, None
         try:
             # One system call answers the common case (a file: its contents follow); O_NOFOLLOW
             # turns a link at the end into ELOOP instead of opening its target.
@@ -233,6 +314,9 @@ class LiveTree(Tree):
             return None if kind is None else (kind, None)
         try:
             return FILE, _read_all(fd)
+        except TooLarge as e:
+            self._note(path, e.strerror or "unreadable")
+            return FILE, None
         except IsADirectoryError:
             return DIR, None
         except OSError:
