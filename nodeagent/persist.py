@@ -168,6 +168,16 @@ def tuned_conf_path(folder: str) -> str:
     return f"{folder}/{TUNED_PROFILE}/tuned.conf"
 
 
+def owned_files(host: Host | None = None) -> set[str]:
+    """The host files --persist may write, so the only ones `nodeagent revert` restores: the
+    sysctl.d file, TuneD's two startup files, and the nodeagent TuneD profile in the default
+    folders or the one this host's tuned-main.conf names."""
+    folders = {TUNED_NEW_USER_DIR, TUNED_OLD_USER_DIR}
+    if host is not None:
+        folders.add(_tuned_dir(host))
+    return {SYSCTL_FILE, TUNED_ACTIVE, TUNED_MODE, *(tuned_conf_path(d) for d in folders)}
+
+
 def _active(host: Host) -> tuple[list[str] | None, str]:
     out = host.run(["tuned-adm", "active"])
     text = (out.stdout or "").strip()

@@ -30,6 +30,10 @@ DEFAULT = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
+def valid_name(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
 def profile_path(name: str, base: Path | None = None) -> Path:
     if not _NAME.match(name):
         raise UsageError(f"profile name {name!r}: use letters, digits, '.', '_' and '-' (at most 64)")
@@ -77,5 +81,10 @@ def merged(doc: dict[str, Any], settings: list[tuple[str, Any]], name: str, host
     return out
 
 
+def text(doc: dict[str, Any]) -> str:
+    """The profile file's content."""
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
 def save(path: Path, doc: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, text(doc))

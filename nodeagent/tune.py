@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import fnmatch
+import posixpath
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -116,12 +118,32 @@ class Tuner(Generic[F, P]):
     # Read-back after apply; None: verify_writes (each file holds what was written). A tuner whose
     # kernel may legitimately give less (huge pages under fragmentation) brings its own.
     verify: Callable[[Host, list[Change]], list[Finding]] | None = None
+    # The files its runtime changes write, as glob patterns of whole path components ("*" never
+    # crosses a "/"): `nodeagent revert` writes a journal's path only when the tuner that journaled
+    # it owns it here, so an edited journal cannot make it write anywhere else.
+    writes: tuple[str, ...] = ()
+
+    def owns(self, path: str) -> bool:
+        return owned_by(self.writes, path)
 
     def make_params(self, overrides: Mapping[str, Any] | None = None) -> P:
         return make_params(f"tuner {self.id}", self.params, overrides)
 
     def run_plan(self, host: Host, params: P) -> Plan:
         return self.plan(self.collect(host), params)
+
+
+def owned_by(patterns: Sequence[str], path: str) -> bool:
+    """Whether `path` (absolute, normalised: no "..", no "//") matches one of the glob `patterns`,
+    component by component."""
+    if not path.startswith("/") or posixpath.normpath(path) != path:
+        return False
+    parts = path.split("/")
+    for pattern in patterns:
+        pp = pattern.split("/")
+        if len(pp) == len(parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pp, strict=True)):
+            return True
+    return False
 
 
 # -- one rank layout for every planner --------------------------------------------------------------

@@ -17,6 +17,17 @@ KNOB = "/proc/sys/vm/knob"
 SEL = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 
+@pytest.fixture(autouse=True)
+def test_tuner_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Revert writes only what a registered tuner owns: register the tuner "test" of these plans."""
+    from nodeagent import tuners
+    from nodeagent.tune import Tuner
+
+    fake = Tuner("test", "test", lambda h: None, lambda f, p: Plan("test"), object, writes=(KNOB, SEL))
+    real = tuners.all_tuners()
+    monkeypatch.setattr(tuners, "all_tuners", lambda: (*real, fake))
+
+
 def _tree(tmp_path: Path) -> SnapshotHost:
     make_tree(tmp_path / "node", {KNOB: "1\n", SEL: "[always] madvise never\n", "/proc/sys/vm/other": "5\n"})
     return SnapshotHost(tmp_path / "node", writable=True)

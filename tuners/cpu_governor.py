@@ -25,6 +25,7 @@ CPU_DIR = "/sys/devices/system/cpu"
 CPUFREQ_DIR = f"{CPU_DIR}/cpufreq"
 NO_TURBO = f"{CPU_DIR}/intel_pstate/no_turbo"
 BOOST = f"{CPUFREQ_DIR}/boost"
+_WRITTEN = ("scaling_governor", "energy_performance_preference")
 
 DOC_CPUFREQ = "https://docs.kernel.org/admin-guide/pm/cpufreq.html"
 DOC_INTEL_PSTATE = "https://docs.kernel.org/admin-guide/pm/intel_pstate.html"
@@ -226,6 +227,12 @@ TUNER = Tuner(
     paths=(
         *cpufreq.PATHS,
         f"{CPU_DIR}/intel_pstate/status",
+        NO_TURBO,
+        BOOST,
+    ),
+    # Policies as cpufreq/policyN (4.3+) or cpuN/cpufreq (older kernels, facts/cpufreq.py).
+    writes=(
+        *(f"{d}/{a}" for d in (f"{CPUFREQ_DIR}/policy*", f"{CPU_DIR}/cpu*/cpufreq") for a in _WRITTEN),
         NO_TURBO,
         BOOST,
     ),

@@ -317,4 +317,8 @@ TUNER = Tuner(
         *topology.PATHS,
     ),
     verify=verify,
+    writes=(
+        f"{NODE_DIR}/node*/hugepages/hugepages-*/nr_hugepages",
+        f"{HUGE_DIR}/hugepages-*/nr_hugepages",
+    ),
 )

@@ -55,4 +55,5 @@ TUNER = Tuner(
     plan=plan,
     params=Params,
     paths=(PATH, *topology.PATHS),
+    writes=(PATH,),
 )

@@ -132,4 +132,5 @@ TUNER = Tuner(
     plan=plan,
     params=Params,
     paths=memory.PATHS,
+    writes=(ENABLED, DEFRAG),
 )

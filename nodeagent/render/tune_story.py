@@ -7,8 +7,8 @@ tells to use the profile the revert removed, a dry run never says "applied".
 Pure: the plans and the results of apply, verify and revert in, lines of text out (the CLI styles
 and prints them, the JSON document carries them, `tune --cluster` shows each host's). Each line
 starts with its part of the story ("planned:", "dry run:", "applied:", "read back:", "measured:",
-"kept:", "reverted:", "use:", "undo:", "persisted:", "not persisted:", "remains:", "advice"), so
-the tests and the fleet view can find them.
+"kept:", "reverted:", "not reverted:", "use:", "undo:", "persisted:", "not persisted:", "remains:",
+"advice"), so the tests and the fleet view can find them.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ SCOPE_ORDER = (Scope.RUNTIME, Scope.PROCESS, Scope.CODE, Scope.BOOT)
 MAX_EVIDENCE = 4
 # The decisions of nodeagent.bench.verify (not imported: the story must not load the benchmark).
 KEPT, REVERTED, NOTHING, NOT_APPLIED = "kept", "reverted", "nothing applied", "not applied"
+CONFLICT = "revert-conflict"  # nodeagent.apply.CONFLICT (not imported: apply loads the tuners)
 
 
 def _changes(plans: Sequence[Plan]) -> list[Change]:
@@ -248,15 +249,29 @@ def revert_story(done: Sequence[tuple[Journal, str, list[Finding]]], left: int =
         if not bad:
             lines.append(f"reverted: journal {j.id}{again}: {_restored(j)}")
             continue
-        lines.append(f"reverted: journal {j.id}{again}, but not everything is back:")
-        for f in bad:
-            lines += _details(f)
-    if any(_bad(f) for _, _, f in done):
+        conflicts = [f for f in bad if f.check_id == CONFLICT]
+        others = [f for f in bad if f.check_id != CONFLICT]
+        if conflicts:
+            lines.append(
+                f"not reverted: journal {j.id}: values changed since the apply were left as they are:"
+            )
+            for f in conflicts:
+                lines += _details(f)
+        if others:
+            lines.append(f"reverted: journal {j.id}{again}, but not everything is back:")
+            for f in others:
+                lines += _details(f)
+    if any(f.check_id == CONFLICT for _, _, fs in done for f in fs):
+        lines.append(
+            "remains: the values listed as changed since hold what someone else wrote, and their "
+            "journals stay as they were; restore by hand if the old values are wanted"
+        )
+    if any(f.check_id != CONFLICT for _, _, fs in done for f in _bad(fs)):
         lines.append(
             "remains: what is listed above as not back; restore it by hand (the old values are in the "
             "journal) or reboot (runtime values do not survive one)"
         )
-    else:
+    elif not any(_bad(f) for _, _, f in done):
         ids = ", ".join(j.id for j, _, _ in done)
         lines.append(f"remains: nothing of journal(s) {ids}: the values they changed are back")
     if left:
