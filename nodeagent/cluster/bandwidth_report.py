@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nodeagent.finding import Finding, Status, worst
+from nodeagent.render.literal import lits, shown
 
 __all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
 
@@ -73,21 +74,18 @@ class BandwidthReport:
         for link in self.links:
             status = statuses[link.label]
             table.add_row(
-                Text(link.label),
-                Text(link.tool),
-                Text(format_number(link.gbits_per_s)),
-                Text(format_number(link.latency_ms)),
+                *lits(link.label, link.tool, format_number(link.gbits_per_s), format_number(link.latency_ms)),
                 Text(status.value, style=STYLE[status]),
             )
         parts: list[RenderableType] = [table]
         for f in sorted(self.findings, key=lambda f: -f.status.rank):
             line = Text()
             line.append(f"{f.status.value} ", style=STYLE[f.status])
-            line.append(f"{f.check_id}/{f.subject}: ", style="bold")
-            line.append(f.summary)
+            line.append(shown(f"{f.check_id}/{f.subject}: "), style="bold")
+            line.append(shown(f.summary))
             if f.status not in (Status.OK, Status.SKIPPED) and f.remediation:
                 line.append("\n  fix  ", style="bold")
-                line.append(f.remediation)
+                line.append(shown(f.remediation))
             parts.append(line)
         return Group(*parts)
 

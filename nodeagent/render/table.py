@@ -14,6 +14,7 @@ from rich.text import Text
 from nodeagent.engine import Report
 from nodeagent.finding import WORST_FIRST, Finding, Status
 from nodeagent.parse import format_cpulist
+from nodeagent.render.literal import lit, lits, shown
 
 STYLE = {
     Status.FAIL: "bold red",
@@ -32,22 +33,22 @@ def _details(f: Finding) -> Text:
     """What was seen, what was expected and what to do, for one finding that is not OK."""
     text = Text()
     text.append(f"{f.status.value} ", style=STYLE[f.status])
-    text.append(f"{f.check_id}/{f.subject or '-'}: ", style="bold")
-    text.append(f.summary)
+    text.append(shown(f"{f.check_id}/{f.subject or '-'}: "), style="bold")
+    text.append(shown(f.summary))
     items = list(f.evidence.items())
     for where, value in items[:MAX_EVIDENCE]:
         text.append("\n  seen      ", style="dim")
-        text.append(f"{where} = {value}")
+        text.append(shown(f"{where} = {value}"))
     if len(items) > MAX_EVIDENCE:
         text.append(f"\n            ... {len(items) - MAX_EVIDENCE} more (see --format json)", style="dim")
     if f.expected:
         text.append("\n  expected  ", style="dim")
-        text.append(f.expected)
+        text.append(shown(f.expected))
     if f.remediation:
         text.append("\n  fix       ", style="bold")
-        text.append(f.remediation)
+        text.append(shown(f.remediation))
     if f.fix:
-        text.append(f"\n  tuner     {f.fix}", style="cyan")
+        text.append(shown(f"\n  tuner     {f.fix}"), style="cyan")
     return text
 
 
@@ -56,7 +57,9 @@ def durations_line(r: Report) -> Text:
     line = Text("check durations: ", style="dim")
     ordered = sorted(r.results, key=lambda x: -x.duration_s)
     line.append(
-        ", ".join(f"{x.check_id} {x.duration_s:.2f}s{' (cut)' if x.timed_out else ''}" for x in ordered)
+        shown(
+            ", ".join(f"{x.check_id} {x.duration_s:.2f}s{' (cut)' if x.timed_out else ''}" for x in ordered)
+        )
     )
     return line
 
@@ -64,14 +67,14 @@ def durations_line(r: Report) -> Text:
 def report_table(r: Report, durations: bool = False, expand: bool = True) -> Group:
     """One row per finding, worst first; then the details of each finding that needs attention
     (and, with `durations`, every check's time). `expand`: as wide as the console."""
-    table = Table(title=f"nodeagent check: {r.host}", title_justify="left", expand=expand)
+    table = Table(title=lit(f"nodeagent check: {r.host}"), title_justify="left", expand=expand)
     table.add_column("status", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("subject", overflow="fold", max_width=22)
     table.add_column("finding", ratio=1, overflow="fold")
     findings = sorted(r.findings, key=lambda f: WORST_FIRST.index(f.status))
     for f in findings:
-        table.add_row(Text(f.status.value, style=STYLE[f.status]), f.check_id, f.subject, f.summary)
+        table.add_row(Text(f.status.value, style=STYLE[f.status]), *lits(f.check_id, f.subject, f.summary))
     parts: list[Any] = [table]
     attention = [f for f in findings if f.status in (Status.FAIL, Status.UNKNOWN, Status.WARN)]
     for f in attention:
@@ -83,7 +86,7 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
     summary.append(r.status.value, style=STYLE[r.status])
     slowest = max(r.results, key=lambda x: x.duration_s, default=None)
     if slowest and slowest.duration_s > 0.5:
-        summary.append(f" (slowest check: {slowest.check_id} {slowest.duration_s:.2f}s)", style="dim")
+        summary.append(shown(f" (slowest check: {slowest.check_id} {slowest.duration_s:.2f}s)"), style="dim")
     parts += [Text(), summary]
     if durations:
         parts.append(durations_line(r))
@@ -92,42 +95,42 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
 
 def facts_tables(doc: dict[str, Any]) -> Group:
     t = doc["topology"]
-    head = Table(title=f"nodeagent facts: {doc['host']}", title_justify="left", show_header=False)
+    head = Table(title=lit(f"nodeagent facts: {doc['host']}"), title_justify="left", show_header=False)
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("CPU", str(t["cpu_model"] or "?"))
-    head.add_row(
+    _row(head, "CPU", str(t["cpu_model"] or "?"))
+    _row(
+        head,
         "layout",
         f"{t['packages']} package(s), {t['cores']} cores, {len(t['cpus_online'])} CPUs online "
         f"({t['threads_per_core']} thread(s)/core)",
     )
     if t["cpus_offline"]:
-        head.add_row("offline CPUs", format_cpulist(t["cpus_offline"]))
-    head.add_row("memory", f"{t['memory_total_mib']} MiB")
-    head.add_row("kernel", str(doc["kernel"]["release"] or "?"))
+        _row(head, "offline CPUs", format_cpulist(t["cpus_offline"]))
+    _row(head, "memory", f"{t['memory_total_mib']} MiB")
+    _row(head, "kernel", str(doc["kernel"]["release"] or "?"))
     dmi = doc["dmi"]
     if dmi:
-        head.add_row(
-            "system", " ".join(dmi.get(k, "") for k in ("sys_vendor", "product_name")).strip() or "?"
-        )
-        head.add_row("BIOS", " ".join(dmi.get(k, "") for k in ("bios_vendor", "bios_version", "bios_date")))
+        _row(head, "system", " ".join(dmi.get(k, "") for k in ("sys_vendor", "product_name")).strip() or "?")
+        _row(head, "BIOS", " ".join(dmi.get(k, "") for k in ("bios_vendor", "bios_version", "bios_date")))
     hp = doc["hugepages"]
     pools = ", ".join(f"{p['total']}x{p['size_kb']}kB ({p['free']} free)" for p in hp["pools"]) or "none"
-    head.add_row("huge pages", f"{pools}; THP {hp['thp_enabled']}, defrag {hp['thp_defrag']}")
+    _row(head, "huge pages", f"{pools}; THP {hp['thp_enabled']}, defrag {hp['thp_defrag']}")
     parts: list[Any] = [head]
 
     numa = Table(title="NUMA nodes", title_justify="left")
     for col in ("node", "CPUs", "memory MiB", "distances"):
         numa.add_column(col)
     for n in t["numa_nodes"]:
-        numa.add_row(
+        _row(
+            numa,
             str(n["id"]),
             format_cpulist(n["cpus"]) or "-",
             str(n["memory_mib"]),
             " ".join(str(v) for v in n["distances"].values()),
         )
     for g in t["gpu_memory_nodes"]:
-        numa.add_row(str(g["id"]), "GPU memory", str(g["memory_mib"]), f"GPU {g['gpu']}")
+        _row(numa, str(g["id"]), "GPU memory", str(g["memory_mib"]), f"GPU {g['gpu']}")
     parts.append(numa)
 
     if doc["gpus"]:
@@ -135,7 +138,8 @@ def facts_tables(doc: dict[str, Any]) -> Group:
         for col in ("index", "PCI", "vendor", "NUMA", "CPU affinity", "source"):
             gt.add_column(col)
         for g in doc["gpus"]:
-            gt.add_row(
+            _row(
+                gt,
                 str(g["index"]),
                 str(g["pci_address"]),
                 g["vendor"],
@@ -151,7 +155,8 @@ def facts_tables(doc: dict[str, Any]) -> Group:
         for col in ("name", "PCI", "state", "speed Mb/s", "MTU", "driver", "NUMA"):
             nt.add_column(col)
         for n in nics:
-            nt.add_row(
+            _row(
+                nt,
                 n["name"],
                 n["pci_address"],
                 str(n["operstate"]),
@@ -166,7 +171,8 @@ def facts_tables(doc: dict[str, Any]) -> Group:
         for col in ("device", "port", "state", "physical", "rate", "link layer", "NUMA"):
             rt.add_column(col)
         for p in doc["rdma"]:
-            rt.add_row(
+            _row(
+                rt,
                 p["device"],
                 str(p["port"]),
                 str(p["state"]),
@@ -183,7 +189,8 @@ def facts_tables(doc: dict[str, Any]) -> Group:
         for col in ("address", "kind", "vendor:device", "NUMA", "link", "max", "driver"):
             pt.add_column(col)
         for d in links:
-            pt.add_row(
+            _row(
+                pt,
                 d["address"],
                 d["kind"],
                 f"{d['vendor']}:{d['device']}",
@@ -194,8 +201,13 @@ def facts_tables(doc: dict[str, Any]) -> Group:
             )
         parts.append(pt)
     for problem in doc["problems"]:
-        parts.append(Text(f"problem: {problem}", style="yellow"))
+        parts.append(lit(f"problem: {problem}", style="yellow"))
     return Group(*parts)
+
+
+def _row(table: Table, *cells: Any) -> None:
+    """A row of recorded values: each a Text (literal, control characters shown)."""
+    table.add_row(*lits(*cells))
 
 
 def _link(speed: float | None, width: int | None) -> str:
@@ -205,7 +217,7 @@ def _link(speed: float | None, width: int | None) -> str:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    return Console(highlight=False, markup=False, emoji=False)
 
 
 def stdout_is_terminal() -> bool:
@@ -218,7 +230,7 @@ def print_report(r: Report, durations: bool = False, after: Sequence[Text] = ())
     """report_table, then the `after` lines, on standard output: as wide as the terminal on one;
     piped (-v), sized to the table's content and never wrapped (rich would wrap at 80 columns)."""
     terminal = stdout_is_terminal()
-    out = console() if terminal else Console(highlight=False, width=UNWRAPPED)
+    out = console() if terminal else Console(highlight=False, markup=False, emoji=False, width=UNWRAPPED)
     out.print(report_table(r, durations, expand=terminal))
     for line in after:
         out.print(line)
@@ -238,9 +250,9 @@ def plan_table(host: str, plans: list[Any]) -> Group:
             count += 1
             block = Text.assemble(
                 (f"{count:>2} ", "bold"),
-                (f"{c.tuner} ", "bold"),
+                (shown(f"{c.tuner} "), "bold"),
                 (f"[{c.scope.value}] ", SCOPE_STYLE.get(c.scope.value, "")),
-                c.target,
+                shown(c.target),
             )
             for label, value, style in (
                 ("before", c.before, ""),
@@ -248,13 +260,13 @@ def plan_table(host: str, plans: list[Any]) -> Group:
                 ("why", c.why, "dim"),
             ):
                 block.append(f"\n     {label:7}", style="dim")
-                block.append(value, style=style)
+                block.append(shown(value), style=style)
             parts += [Text(), block]
     notes = [(p.tuner, n) for p in plans for n in p.notes]
     if notes:
         parts += [Text(), Text("notes:", style="bold")]
         for tuner, note in notes:
-            parts.append(Text.assemble((f"  {tuner}: ", "bold"), note))
+            parts.append(Text.assemble((shown(f"  {tuner}: "), "bold"), shown(note)))
     return Group(*parts)
 
 
@@ -280,7 +292,7 @@ def story_lines(lines: list[str]) -> Group:
         style = STORY_STYLE.get(head, "")
         if line.startswith("  ") or "did not take" in line or "not everything is back" in line:
             style = "red" if not line.startswith("      ") else "dim"
-        parts.append(Text(line, style=style))
+        parts.append(lit(line, style=style))
     return Group(*parts)
 
 
@@ -291,6 +303,6 @@ def findings_lines(findings: list[Finding]) -> Group:
         parts.append(
             _details(f)
             if f.status not in (Status.OK, Status.SKIPPED)
-            else Text.assemble((f"{f.status.value} ", STYLE[f.status]), f.summary)
+            else Text.assemble((f"{f.status.value} ", STYLE[f.status]), shown(f.summary))
         )
     return Group(*parts)

@@ -11,6 +11,7 @@ from textual.app import App, ScreenStackError
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from nodeagent.render.literal import shown
 from nodeagent.tui import messages
 from nodeagent.tui.commands import NodeAgentCommands
 
@@ -71,7 +72,7 @@ class NodeAgentApp(App[None]):
         except Exception as e:  # a broken root must not take the app down: say it
             self.post_message(messages.Failed("opening the node", str(e)))
             name = "?"
-        self.call_from_thread(setattr, self, "sub_title", name)
+        self.call_from_thread(setattr, self, "sub_title", shown(name))
 
     @work(thread=True, group="checks", exclusive=True)
     def run_checks(self, only: list[str] | None = None) -> None:
@@ -137,7 +138,7 @@ class NodeAgentApp(App[None]):
         it (a confirmation waits for an answer: a command must not stack another on top)."""
         await self.switch_mode(mode)
         if len(self.screen_stack) > 1:
-            self.notify("answer the open dialog first", severity="warning")
+            self.notify("answer the open dialog first", severity="warning", markup=False)
             return None
         return self.screen_stack[0]
 

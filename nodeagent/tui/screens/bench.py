@@ -20,6 +20,7 @@ from textual.message import Message
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, ProgressBar, Static
 
+from nodeagent.render.literal import lit
 from nodeagent.tui.widgets import bench_report
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class BenchScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(Text(HINT, style="dim"), id="bench-state")
+        yield Static(lit(HINT, style="dim"), id="bench-state")
         yield ProgressBar(total=1.0, show_eta=False, id="bench-progress")
         with VerticalScroll(id="bench-results"):
             yield Static(INTRO, id="bench-verdict")
@@ -113,7 +114,7 @@ class BenchScreen(Screen[None]):
 
     def _busy(self) -> bool:
         if self.running:
-            self.app.notify("a benchmark is already running", severity="warning")
+            self.app.notify("a benchmark is already running", severity="warning", markup=False)
         return self.running
 
     def action_start(self, quick: bool) -> None:
@@ -122,7 +123,7 @@ class BenchScreen(Screen[None]):
         self.running, self.quick = True, quick
         self.latest = self.shown = None
         mode = "quick" if quick else "full"
-        self.query_one("#bench-state", Static).update(Text(f"{mode} benchmark: preparing the data set..."))
+        self.query_one("#bench-state", Static).update(lit(f"{mode} benchmark: preparing the data set..."))
         self.query_one("#bench-progress", ProgressBar).update(progress=0)
         self.timer = self.set_interval(REFRESH_S, self.show_progress)
         self.run_bench(quick)
@@ -162,16 +163,16 @@ class BenchScreen(Screen[None]):
     def on_bench_failed(self, message: BenchFailed) -> None:
         self._stop()
         mode = "quick" if message.quick else "full"
-        line = Text(f"{mode} benchmark failed: {message.error}", style="bold red")
+        line = lit(f"{mode} benchmark failed: {message.error}", style="bold red")
         self.query_one("#bench-state", Static).update(line.append(f"\n{HINT}", style="dim"))
-        self.app.notify(message.error, title="benchmark", severity="error", timeout=10)
+        self.app.notify(message.error, title="benchmark", severity="error", timeout=10, markup=False)
 
     def on_bench_done(self, message: BenchDone) -> None:
         self._stop()
         self.result = message.result
         self.query_one("#bench-progress", ProgressBar).update(progress=1.0)
         r = message.result
-        state = Text(f"{'quick' if r.quick else 'full'} benchmark done in {r.duration_s:.0f} s")
+        state = lit(f"{'quick' if r.quick else 'full'} benchmark done in {r.duration_s:.0f} s")
         if r.profile:
             state.append(f" (tuned: profile {r.profile})")
         self.query_one("#bench-state", Static).update(state.append(f"\n{HINT}", style="dim"))

@@ -13,6 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.render.literal import lit, lits
 from nodeagent.tui.screens.areas import AREAS, area_of
 from nodeagent.tui.widgets.status import status_text
 
@@ -37,16 +38,16 @@ def details(f: Finding) -> Table:
     t.add_column("what", style="bold", no_wrap=True)
     t.add_column("value", ratio=1, overflow="fold")
     t.add_row("status", status_text(f.status))
-    t.add_row("check", f"{f.check_id} ({f.subject})" if f.subject else f.check_id)
-    t.add_row("finding", f.summary)
+    t.add_row("check", lit(f"{f.check_id} ({f.subject})" if f.subject else f.check_id))
+    t.add_row("finding", lit(f.summary))
     for where, value in f.evidence.items():
-        t.add_row("seen", Text(f"{where}: {value}"))
+        t.add_row("seen", lit(f"{where}: {value}"))
     if f.expected:
-        t.add_row("expected", f.expected)
+        t.add_row("expected", lit(f.expected))
     if f.remediation:
-        t.add_row("to do", f.remediation)
+        t.add_row("to do", lit(f.remediation))
     if f.fix:
-        t.add_row("fixed by", Text(f"tuner {f.fix} (screen 4, Tune)"))
+        t.add_row("fixed by", lit(f"tuner {f.fix} (screen 4, Tune)"))
     return t
 
 
@@ -102,13 +103,13 @@ class ChecksScreen(Screen[None]):
         for i, f in enumerate(x for x in findings if self._visible(x)):
             key = f"{i}:{f.check_id}:{f.subject}"
             self.rows[key] = f
-            table.add_row(status_text(f.status), f.check_id, f.subject, f.summary, key=key)
+            table.add_row(status_text(f.status), *lits(f.check_id, f.subject, f.summary), key=key)
             if current is not None and (f.check_id, f.subject, f.summary) == current:
                 table.move_cursor(row=i)
         running = sorted(app.running)
-        state = Text(f"filter: {self.filter}, {self.area}; {len(self.rows)} of {len(findings)} findings")
+        state = lit(f"filter: {self.filter}, {self.area}; {len(self.rows)} of {len(findings)} findings")
         if running:
-            state.append(f"; running: {', '.join(running)}", style="dim")
+            state.append(lit(f"; running: {', '.join(running)}", style="dim"))
         self.query_one("#checks-state", Static).update(state)
         self._show_detail()
 
@@ -148,7 +149,7 @@ class ChecksScreen(Screen[None]):
     def action_rerun_one(self) -> None:
         selected = self._selected()
         if selected is None:
-            self.app.notify("no finding selected", severity="warning")
+            self.app.notify("no finding selected", severity="warning", markup=False)
             return
         self.app.run_checks([selected[0]])  # type: ignore[attr-defined]
 

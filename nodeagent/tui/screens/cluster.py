@@ -22,6 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
+from nodeagent.render.literal import lit, shown
 from nodeagent.tui.widgets.host_tile import HostTile, host_detail
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class HostScreen(Screen[None]):
         self.outcome = outcome
 
     def on_mount(self) -> None:
-        self.sub_title = f"host {self.outcome.name}"
+        self.sub_title = shown(f"host {self.outcome.name}")
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -108,7 +109,7 @@ class ClusterScreen(Screen[None]):
     async def on_mount(self) -> None:
         self._fit_columns()
         if self.source is None:
-            self.query_one("#cluster-state", Static).update(Text(NO_INVENTORY))
+            self.query_one("#cluster-state", Static).update(lit(NO_INVENTORY))
             self.query_one("#hosts").display = False
             self.query_one("#cluster-detail").display = False
             return
@@ -127,10 +128,10 @@ class ClusterScreen(Screen[None]):
 
     async def action_run(self) -> None:
         if self.source is None:
-            self.app.notify(NO_INVENTORY, severity="warning")
+            self.app.notify(NO_INVENTORY, severity="warning", markup=False)
             return
         if self.running:
-            self.app.notify("the fleet is already being checked", severity="warning")
+            self.app.notify("the fleet is already being checked", severity="warning", markup=False)
             return
         self.running, self.report, self.expected = True, None, None
         # Awaited: the last run's tiles must be gone before this run's hosts look for theirs.
@@ -208,15 +209,15 @@ class ClusterScreen(Screen[None]):
     def on_cluster_failed(self, message: ClusterFailed) -> None:
         self.running = False
         self.query_one("#cluster-state", Static).update(
-            Text(f"{self.source}: the fleet run failed: {message.error}", style="bold red")
+            lit(f"{self.source}: the fleet run failed: {message.error}", style="bold red")
         )
-        self.app.notify(message.error, title="cluster", severity="error", timeout=10)
+        self.app.notify(message.error, title="cluster", severity="error", timeout=10, markup=False)
 
     # -- showing ----------------------------------------------------------------------------------
 
     def _render_state(self) -> None:
         outcomes = [t.outcome for t in self._tiles().values() if t.outcome is not None]
-        line = Text(f"{self.source}: ")
+        line = lit(f"{self.source}: ")
         if self.report is not None:
             s = self.report.summary()
             counts = ", ".join(f"{n} {k}" for k, n in s["by_status"].items())
@@ -242,7 +243,7 @@ class ClusterScreen(Screen[None]):
         if isinstance(focused, HostTile) and focused.outcome is not None:
             return host_detail(focused.outcome)
         if isinstance(focused, HostTile):
-            return Text(f"{focused.host}: no answer yet", style="dim")
+            return lit(f"{focused.host}: no answer yet", style="dim")
         return Text("select a host (arrows) to see its findings; Enter for the full list", style="dim")
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
@@ -258,7 +259,7 @@ class ClusterScreen(Screen[None]):
         if not isinstance(focused, HostTile):
             return
         if focused.outcome is None:
-            self.app.notify(f"{focused.host} has not answered yet", severity="information")
+            self.app.notify(f"{focused.host} has not answered yet", severity="information", markup=False)
             return
         self.app.push_screen(HostScreen(focused.outcome))
 

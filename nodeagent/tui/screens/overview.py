@@ -14,6 +14,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from nodeagent.parse import format_cpulist
+from nodeagent.render.literal import lit, lits
 from nodeagent.tui import messages
 from nodeagent.tui.screens.areas import AREAS, area_status
 from nodeagent.tui.widgets.status import status_text
@@ -24,16 +25,18 @@ def node_table(facts: dict[str, Any]) -> Table:
     table = Table(show_header=False, box=None, expand=True, padding=(0, 1))
     table.add_column("what", style="bold", no_wrap=True)
     table.add_column("value", ratio=1, overflow="fold")
-    table.add_row("CPU", str(t.get("cpu_model") or "?"))
-    table.add_row(
+    _row(table, "CPU", str(t.get("cpu_model") or "?"))
+    _row(
+        table,
         "layout",
         f"{t['packages']} socket(s), {t['cores']} cores, {len(t['cpus_online'])} CPUs "
         f"({t['threads_per_core']} thread(s)/core)",
     )
     for n in t["numa_nodes"]:
-        table.add_row(f"NUMA {n['id']}", f"CPUs {format_cpulist(n['cpus'])}, {n['memory_mib']} MiB")
+        _row(table, f"NUMA {n['id']}", f"CPUs {format_cpulist(n['cpus'])}, {n['memory_mib']} MiB")
     gpus = facts.get("gpus") or []
-    table.add_row(
+    _row(
+        table,
         "GPUs",
         ", ".join(
             f"GPU{g.get('index') if g.get('index') is not None else '?'} {g.get('pci_address') or ''} "
@@ -44,21 +47,28 @@ def node_table(facts: dict[str, Any]) -> Table:
     )
     # Loopback and virtual interfaces without a device say nothing about the node's network.
     nics = [n for n in facts.get("nics") or [] if n.get("pci_address") or n.get("name") not in ("lo",)]
-    table.add_row(
+    _row(
+        table,
         "NICs",
         ", ".join(f"{n.get('name')} {n.get('speed_mbps') or '?'} Mb/s" for n in nics) or "none",
     )
     rdma = facts.get("rdma") or []
-    table.add_row(
+    _row(
+        table,
         "RDMA",
         ", ".join(f"{p.get('device')}/{p.get('port')} {p.get('state') or '?'}" for p in rdma) or "none",
     )
     kernel = facts.get("kernel") or {}
-    table.add_row("kernel", str(kernel.get("release") or "?"))
+    _row(table, "kernel", str(kernel.get("release") or "?"))
     dmi = facts.get("dmi") or {}
     bios = " ".join(str(dmi.get(k) or "") for k in ("bios_vendor", "bios_version", "bios_date")).strip()
-    table.add_row("BIOS", bios or "?")
+    _row(table, "BIOS", bios or "?")
     return table
+
+
+def _row(table: Table, *cells: Any) -> None:
+    """A row of values read from the node: literal text (render.literal), never markup."""
+    table.add_row(*lits(*cells))
 
 
 class OverviewScreen(Screen[None]):
@@ -97,12 +107,12 @@ class OverviewScreen(Screen[None]):
         try:
             table = node_table(message.facts)
         except (KeyError, TypeError) as e:  # an odd facts document shows as text, not a crash
-            self.query_one("#node", Static).update(Text(f"facts unreadable: {e}"))
+            self.query_one("#node", Static).update(lit(f"facts unreadable: {e}"))
             return
         self.query_one("#node", Static).update(table)
 
     def on_failed(self, message: messages.Failed) -> None:
-        self.query_one("#node", Static).update(Text(f"{message.what}: {message.error}", style="red"))
+        self.query_one("#node", Static).update(lit(f"{message.what}: {message.error}", style="red"))
         self.app.post_message(messages.Failed(message.what, message.error))
 
     def results_changed(self, message: Any) -> None:
@@ -115,5 +125,5 @@ class OverviewScreen(Screen[None]):
         table.add_column("status", no_wrap=True, min_width=7)
         table.add_column("checks", ratio=1)
         for area, ids in AREAS.items():
-            table.add_row(area, status_text(area_status(app.results, area)), ", ".join(ids))
+            table.add_row(lit(area), status_text(area_status(app.results, area)), lit(", ".join(ids)))
         self.query_one("#areas", Static).update(table)

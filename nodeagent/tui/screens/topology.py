@@ -25,6 +25,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from nodeagent.finding import Status, worst
 from nodeagent.parse import format_cpulist
+from nodeagent.render.literal import lit, shown
 from nodeagent.tui.widgets.status import status_text
 
 SMI = "nvidia-smi topo -m"
@@ -231,14 +232,14 @@ def nic_legend(m: Matrix) -> Text | None:
     stems = {re.sub(r"\d+$", "", n) for n in nics}
     numbered = all(n.removeprefix(next(iter(stems))) == m.label(n).removeprefix("NIC") for n in nics)
     if len(stems) == 1 and numbered and len(nics) > 2:
-        t.append(f"NICn is {next(iter(stems))}n ({m.label(nics[0])}-{m.label(nics[-1])})")
+        t.append(shown(f"NICn is {next(iter(stems))}n ({m.label(nics[0])}-{m.label(nics[-1])})"))
     else:
-        t.append("  ".join(f"{m.label(n)} {n}" for n in nics))
+        t.append(shown("  ".join(f"{m.label(n)} {n}" for n in nics)))
     return t
 
 
 def _cell(level: str | None) -> Text:
-    return Text(level or "?", style=GRADE_STYLE[grade(level)])
+    return lit(level or "?", style=GRADE_STYLE[grade(level)])
 
 
 @dataclass
@@ -307,21 +308,21 @@ class TopologyScreen(Screen[None]):
     def on_topology_loaded(self, message: TopologyLoaded) -> None:
         self.matrix = message.matrix
         source = self.query_one("#topo-source", Static)
-        shown = message.matrix is not None
+        has_matrix = message.matrix is not None
         for widget in ("#topo-matrix", "#topo-cell", "#topo-legend"):
-            self.query_one(widget).display = shown
+            self.query_one(widget).display = has_matrix
         if message.error is not None:
-            source.update(Text(message.error, style="red"))
+            source.update(lit(message.error, style="red"))
             self.app.notify(message.error, title="error", severity="error", markup=False)
             return
         if message.matrix is None:
             line = status_text(Status.SKIPPED)
-            line.append(f" {message.skipped or 'no GPU'}")
+            line.append(shown(f" {message.skipped or 'no GPU'}"))
             source.update(line)
             return
         m = message.matrix
         nics = len(m.devices) - len(m.gpus)
-        source.update(Text(f"{len(m.gpus)} GPU(s), {nics} NIC(s); matrix from {m.source}"))
+        source.update(lit(f"{len(m.gpus)} GPU(s), {nics} NIC(s); matrix from {m.source}"))
         self.fill_table(m)
         text = legend()
         nic_line = nic_legend(m)
@@ -336,16 +337,16 @@ class TopologyScreen(Screen[None]):
         table.add_column("", key="device", width=name_width)
         for d in m.devices:
             # One blank after each cell: with cell_padding 0, eight GPUs and two NICs fit 80 columns.
-            table.add_column(m.label(d), key=d, width=max(CELL, len(m.label(d))) + 1)
+            table.add_column(lit(m.label(d)), key=d, width=max(CELL, len(m.label(d))) + 1)
         cpu_width = max([len("CPUs"), *(len(c) for c in m.cpu_affinity.values())]) + 1
         # Headers shortened ("CPU Affinity", "NUMA Affinity" in nvidia-smi) for the 80-column fit.
         table.add_column("CPUs", key="cpu", width=cpu_width)
         table.add_column("NUMA", key="numa", width=len("NUMA"))
         for a in m.devices:
-            row: list[Text] = [Text(m.label(a), style="bold")]
+            row: list[Text] = [lit(m.label(a), style="bold")]
             row += [_cell(m.link(a, b)) for b in m.devices]
             # nvidia-smi prints the affinity columns for GPU rows only.
-            row += [Text(m.cpu_affinity.get(a, "")), Text(m.numa_affinity.get(a, ""))]
+            row += [lit(m.cpu_affinity.get(a, "")), lit(m.numa_affinity.get(a, ""))]
             table.add_row(*row, key=a)
         if len(m.devices) > 1:
             table.move_cursor(row=0, column=2)
@@ -367,15 +368,15 @@ class TopologyScreen(Screen[None]):
 
         if b in m.devices:
             level = m.link(a, b)
-            t = Text(f"{named(a)} - {named(b)}: ")
-            t.append(level or "?", style=GRADE_STYLE[grade(level)])
-            t.append(f" ({grade(level)}) {meaning(level)}")
+            t = lit(f"{named(a)} - {named(b)}: ")
+            t.append(shown(level or "?"), style=GRADE_STYLE[grade(level)])
+            t.append(shown(f" ({grade(level)}) {meaning(level)}"))
             return t
         if a in m.cpu_affinity:
             return Text(
                 f"{a}: CPU affinity {m.cpu_affinity[a]}, NUMA affinity {m.numa_affinity.get(a, 'N/A')}"
             )
-        return Text(f"{named(a)}: nvidia-smi gives no affinity for NICs")
+        return lit(f"{named(a)}: nvidia-smi gives no affinity for NICs")
 
     def render_check(self) -> None:
         """The topology check's verdict in one line (its findings are on screen 2, Checks)."""
@@ -390,7 +391,7 @@ class TopologyScreen(Screen[None]):
             line.append_text(status_text(status))
             flagged = [f for f in findings if f.status is status]
             if flagged:
-                line.append(f" {flagged[0].summary}")
+                line.append(shown(f" {flagged[0].summary}"))
             if len(flagged) > 1:
                 line.append(f" (+{len(flagged) - 1} more on screen 2)", style="dim")
         self.query_one("#topo-check", Static).update(line)

@@ -34,6 +34,7 @@ from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
 from nodeagent.journal import REVERTED
+from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import SCOPE_STYLE, findings_lines
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tune import Change, Plan, Scope
@@ -150,21 +151,21 @@ def change_detail(row: Row) -> Table:
     t.add_column("value", ratio=1, overflow="fold")
     c = row.change
     if c is None:
-        t.add_row("tuner", f"{row.plan.tuner}: nothing to change")
+        t.add_row("tuner", lit(f"{row.plan.tuner}: nothing to change"))
     else:
-        scope = Text(c.scope.value, style=SCOPE_STYLE.get(c.scope.value, ""))
+        scope = lit(c.scope.value, style=SCOPE_STYLE.get(c.scope.value, ""))
         if c.scope is Scope.BOOT:
             scope.append(" (advice: not applied here; edit the boot loader and reboot)", style="")
-        t.add_row("change", Text.assemble(f"{c.tuner}: ", c.target, " [", scope, "]"))
+        t.add_row("change", Text.assemble(shown(f"{c.tuner}: "), shown(c.target), " [", scope, "]"))
         if row.applied is not None:
             t.add_row("state", Text(applied_text(row.applied), style="green"))
         if row.saved is not None:
             t.add_row("profile", Text(saved_text(row.saved), style="green"))
-        t.add_row("before", Text(c.before))
-        t.add_row("after", Text(c.after, style="green"))
-        t.add_row("why", Text(c.why))
+        t.add_row("before", lit(c.before))
+        t.add_row("after", lit(c.after, style="green"))
+        t.add_row("why", lit(c.why))
     for note in row.plan.notes:
-        t.add_row("note", Text(note, style="dim"))
+        t.add_row("note", lit(note, style="dim"))
     return t
 
 
@@ -198,10 +199,10 @@ def apply_report(result: ApplyResult) -> Group:
             )
         )
     if result.profile_path is not None:
-        parts.append(Text(f"process settings saved in {result.profile_path} (used by `nodeagent exec`)"))
+        parts.append(lit(f"process settings saved in {result.profile_path} (used by `nodeagent exec`)"))
     for c in result.skipped:
         if c.scope is Scope.BOOT:
-            parts.append(Text(f"advice (not applied): {c.target}: {c.after}", style="yellow"))
+            parts.append(lit(f"advice (not applied): {c.target}: {c.after}", style="yellow"))
     parts.append(findings_lines(result.findings))
     return Group(*parts)
 
@@ -250,7 +251,7 @@ class JournalPicker(ModalScreen[str | None]):
             yield Static(Text("Revert which journal? Enter chooses, Escape cancels", style="bold"))
             options = [
                 Option(
-                    Text(
+                    lit(
                         f"{j.id}  {j.state:<11} {len(j.writes)} write(s), {len(j.files)} file(s)  "
                         f"{j.host.get('name', j.host.get('kind', ''))}"
                     ),
@@ -354,7 +355,7 @@ class TuneScreen(Screen[None]):
         self.planning = False
         if message.error is not None:
             self.pending = None  # the error says why the command cannot run
-            self.query_one("#tune-state", Static).update(Text(message.error, style="red"))
+            self.query_one("#tune-state", Static).update(lit(message.error, style="red"))
             self.app.notify(message.error, title="error", severity="error", markup=False)
             return
         self.plans = message.plans
@@ -393,7 +394,7 @@ class TuneScreen(Screen[None]):
         table.add_column("scope", key="scope", width=SCOPE_WIDTH)
 
         def cell(text: str, style: str = "") -> Text:
-            return Text(text, style=style, no_wrap=True, overflow="ellipsis")
+            return lit(text, style=style, no_wrap=True, overflow="ellipsis")
 
         for key, row in self.rows.items():
             c = row.change
@@ -426,7 +427,7 @@ class TuneScreen(Screen[None]):
         line = Text()
         if self.read_only:
             line.append("READ-ONLY: ", style="bold yellow")
-            line.append(f"{self.read_only}\n")
+            line.append(shown(f"{self.read_only}\n"))
         line.append(f"{len(changes)} change(s) from {len({r.plan.tuner for r in changes})} tuner(s)")
         applied = sum(r.done for r in changes)
         if applied:
@@ -436,7 +437,7 @@ class TuneScreen(Screen[None]):
         if any(r.change.scope is Scope.BOOT for r in changes if r.change is not None):
             line.append(f"; {BOOT_ADVICE}", style="dim")
         if self.busy or self.planning:
-            line.append(f"; {self.busy or 'planning'}...", style="bold")
+            line.append(shown(f"; {self.busy or 'planning'}..."), style="bold")
         self.query_one("#tune-state", Static).update(line)
 
     def _current(self) -> tuple[str, Row] | None:
@@ -511,7 +512,9 @@ class TuneScreen(Screen[None]):
             return
         plans = selected_plans(self.plans, self.rows, self.selected)
         if not plans:
-            self.app.notify("nothing selected: space selects a change, a selects all", severity="warning")
+            self.app.notify(
+                "nothing selected: space selects a change, a selects all", severity="warning", markup=False
+            )
             return
         changes = [c for p in plans for c in p.changes]
         lines = [f"{c.scope.value:8} {c.tuner}: {c.target}: {c.before} -> {c.after}" for c in changes]
@@ -544,7 +547,7 @@ class TuneScreen(Screen[None]):
         self.busy = None
         if message.error is not None or message.result is None:
             # A failed apply undid its writes (apply.apply): nothing is marked applied.
-            self._show_result(Text(message.error or "apply failed", style="red"))
+            self._show_result(lit(message.error or "apply failed", style="red"))
             self.app.notify(message.error or "apply failed", title="error", severity="error", markup=False)
         else:
             self._mark_applied(message.plans, message.result)
@@ -593,14 +596,18 @@ class TuneScreen(Screen[None]):
             self.app.notify(message.error, title="error", severity="error", markup=False)
             return
         if not message.journals:
-            self.app.notify("no journal to revert: nothing has been applied here", severity="warning")
+            self.app.notify(
+                "no journal to revert: nothing has been applied here", severity="warning", markup=False
+            )
             return
         if message.which == "pick":
             self.app.push_screen(JournalPicker(message.journals), self._journal_chosen)
             return
         ids = pending_journals(message.journals, message.which)
         if not ids:
-            self.app.notify("nothing to revert: every journal is already reverted", severity="warning")
+            self.app.notify(
+                "nothing to revert: every journal is already reverted", severity="warning", markup=False
+            )
             return
         self._confirm_revert(ids)
 
@@ -646,9 +653,9 @@ class TuneScreen(Screen[None]):
         parts: list[RenderableType] = []
         if message.journal_ids:
             plural = "s" if len(message.journal_ids) > 1 else ""
-            parts.append(Text(f"reverted journal{plural} {', '.join(message.journal_ids)}", style="bold"))
+            parts.append(lit(f"reverted journal{plural} {', '.join(message.journal_ids)}", style="bold"))
         if message.error is not None:
-            parts.append(Text(message.error, style="red"))
+            parts.append(lit(message.error, style="red"))
             self.app.notify(message.error, title="error", severity="error", markup=False)
         parts.append(findings_lines(message.findings))
         self._show_result(Group(*parts))

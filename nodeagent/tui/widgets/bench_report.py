@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nodeagent.bench import run, stats
+from nodeagent.render.literal import lit, lits
 
 if TYPE_CHECKING:
     from textual_plotext.plot import Plot
@@ -74,7 +75,7 @@ def _clock(seconds: float) -> str:
 
 def progress_text(live: LiveProgress, quick: bool) -> Text:
     p = live.progress
-    t = Text(f"{'quick' if quick else 'full'} benchmark: ", style="bold")
+    t = lit(f"{'quick' if quick else 'full'} benchmark: ", style="bold")
     t.append(f"{p.config}, process {p.process}/{p.processes}, step {p.done}/{p.total}")
     if live.steps_per_s is not None:
         t.append(f"; {live.steps_per_s:.1f} steps/s (this process, last {RATE_WINDOW_S:.0f} s)")
@@ -106,7 +107,7 @@ def comparison_line(key: str, v: Mapping[str, Any]) -> Text:
     """ "tuned vs autotune: no significant difference, tuned/autotune = 1.030, 95% CI [...]"."""
     a, _, b = key.partition("_vs_")
     word = str(v.get("verdict") or "?")
-    line = Text(f"{a} vs {b}: ", style="bold")
+    line = lit(f"{a} vs {b}: ", style="bold")
     line.append(word, style=VERDICT_STYLE.get(word, "dim"))
     ratio, why = _ratio(a, b, v), _why(v)
     if ratio:
@@ -121,7 +122,7 @@ def decision_line(verdicts: Mapping[str, Mapping[str, Any]]) -> Text:
     v = verdicts.get(DECISION)
     if v is not None and v.get("verdict") == stats.FASTER:
         ratio = _ratio("tuned", "naive", v)
-        return Text(f"keep: tuned is significantly faster than naive ({ratio})", style="bold green")
+        return lit(f"keep: tuned is significantly faster than naive ({ratio})", style="bold green")
     line = Text("no proof of a gain: tuned is not significantly faster than naive", style="bold yellow")
     if v is None:
         return line.append(" (not compared)")
@@ -152,7 +153,7 @@ def results_table(result: run.BenchResult) -> Table:
         # Nothing wraps (a CI split over two lines reads as two numbers): about 70 columns in all.
         table.add_column("wait" if name == "input wait" else name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in run.config_rows(result.configs):
-        table.add_row(*row[:6], style=STATUS_STYLE.get(row[1], ""))
+        table.add_row(*lits(*row[:6]), style=STATUS_STYLE.get(row[1], ""))
     return table
 
 
@@ -172,10 +173,10 @@ def results_notes(result: run.BenchResult) -> Group:
     for c in result.configs.values():
         if c.status != run.OK:
             why = (c.reason or "no reason given").splitlines()[0]
-            lines.append(Text(f"{c.name} {c.status}: {why}", style=STATUS_STYLE[c.status] or "bold"))
+            lines.append(lit(f"{c.name} {c.status}: {why}", style=STATUS_STYLE[c.status] or "bold"))
         elif c.input_wait_fraction is not None and c.input_wait_fraction > run.INPUT_BOUND:
-            lines.append(Text(f"{c.name}: {c.diagnosis or 'input-bound'} (see {run.GUIDE})", style="yellow"))
-    lines += [Text(f"note: {n}", style="dim") for n in result.notes]
+            lines.append(lit(f"{c.name}: {c.diagnosis or 'input-bound'} (see {run.GUIDE})", style="yellow"))
+    lines += [lit(f"note: {n}", style="dim") for n in result.notes]
     return Group(*lines)
 
 

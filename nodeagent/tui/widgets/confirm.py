@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+
+from nodeagent.render.literal import lit
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -30,9 +31,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box"):
-            yield Static(Text(self.question, style="bold"), id="confirm-question")
+            yield Static(lit(self.question, style="bold"), id="confirm-question")
             if self.detail:
-                yield Static(Text(self.detail), id="confirm-detail")
+                yield Static(lit(self.detail), id="confirm-detail")
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="confirm-yes")
                 yield Button("No (n)", id="confirm-no", variant="primary")

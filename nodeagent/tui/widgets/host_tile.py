@@ -15,6 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import STYLE
 
 if TYPE_CHECKING:
@@ -56,21 +57,23 @@ def attention(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 def tile_text(name: str, outcome: HostOutcome | None) -> Text:
     """Three lines: the name, the status word, then the error kind or how many findings need a look."""
     if outcome is None:
-        return Text.assemble(name, "\n", (PENDING, "dim"))
+        return Text.assemble(shown(name), "\n", (PENDING, "dim"))
     status = outcome_status(outcome)
     if outcome.error is not None:
         detail = outcome.error.kind
     else:
         n = len(attention(findings_of(outcome)))
         detail = f"{n} to look at" if n else "all OK"
-    return Text.assemble((name, "bold"), "\n", (status.value, STYLE[status]), "\n", detail)
+    return Text.assemble((shown(name), "bold"), "\n", (status.value, STYLE[status]), "\n", shown(detail))
 
 
 def host_detail(outcome: HostOutcome) -> Group:
     """The host's status, then its error (kind and message) or its findings needing attention with
     what was seen, what was expected and what to do."""
     status = outcome_status(outcome)
-    head = Text.assemble((outcome.name, "bold"), f" ({outcome.address}): ", (status.value, STYLE[status]))
+    head = Text.assemble(
+        (shown(outcome.name), "bold"), shown(f" ({outcome.address}): "), (status.value, STYLE[status])
+    )
     head.append(f" in {outcome.duration_s:.1f} s", style="dim")
     lines: list[Text] = [head]
     if outcome.error is not None:
@@ -82,21 +85,23 @@ def host_detail(outcome: HostOutcome) -> Group:
         s = _status(f)
         subject = f"/{f['subject']}" if f.get("subject") else ""
         lines.append(
-            Text.assemble((s.value, STYLE[s]), f" {f.get('check_id', '?')}{subject}: {f.get('summary', '')}")
+            Text.assemble(
+                (s.value, STYLE[s]), shown(f" {f.get('check_id', '?')}{subject}: {f.get('summary', '')}")
+            )
         )
         evidence = f.get("evidence")
         if isinstance(evidence, Mapping):
-            lines += [Text(f"    seen {where}: {value}", style="dim") for where, value in evidence.items()]
+            lines += [lit(f"    seen {where}: {value}", style="dim") for where, value in evidence.items()]
         if f.get("expected"):
-            lines.append(Text(f"    expected: {f['expected']}"))
+            lines.append(lit(f"    expected: {f['expected']}"))
         if f.get("remediation"):
-            lines.append(Text(f"    to do: {f['remediation']}"))
+            lines.append(lit(f"    to do: {f['remediation']}"))
     rest = len(findings) - len(needing)
     if not needing:
         n = len(findings)
-        lines.append(Text(f"nothing needs attention: {n} finding{'' if n == 1 else 's'}, all OK or skipped"))
+        lines.append(lit(f"nothing needs attention: {n} finding{'' if n == 1 else 's'}, all OK or skipped"))
     elif rest:
-        lines.append(Text(f"and {rest} finding(s) OK or skipped", style="dim"))
+        lines.append(lit(f"and {rest} finding(s) OK or skipped", style="dim"))
     return Group(*lines)
 
 

@@ -1,0 +1,43 @@
+"""Text read from a machine, made safe to show: data, never markup, never terminal control.
+
+Every value nodeagent shows came from somewhere it does not control: a sysctl, an os-release, a
+driver's name, a host name in an inventory, a command's output. Given to rich or Textual as a
+`str`, `[/]` in such a value is parsed as markup (a MarkupError: the whole report lost) and
+`[link=...]` makes a link; given to a terminal, an escape sequence moves the cursor or retitles
+the window. So values go to rich as `Text` (never parsed), built by `lit`, with control
+characters shown as `\\xNN` (`shown`): C0 and C1 controls, DEL, lone surrogates and the
+bidirectional overrides that reorder what the reader sees. Newlines and tabs are kept (a
+multi-line remediation stays multi-line).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.text import Text
+
+# C0 controls but tab and newline, DEL and the C1 controls (a terminal takes 0x9b as CSI), lone
+# surrogates, the bidirectional embeddings/overrides/isolates, and the two XML non-characters.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: Any) -> str:
+    """`value` as text with control characters made visible (`\\x1b`, `\\u202e`)."""
+    return _UNSAFE.sub(_escape, value if isinstance(value, str) else str(value))
+
+
+def lit(value: Any, style: str = "", **options: Any) -> Text:
+    """`value` as a rich Text, literally: markup is not parsed, control characters are shown.
+    `options`: Text's own (no_wrap, overflow, justify)."""
+    return Text(shown(value), style=style, **options)
+
+
+def lits(*values: Any) -> tuple[Text, ...]:
+    """Each value through `lit`: the cells of a table row."""
+    return tuple(v if isinstance(v, Text) else lit(v) for v in values)
