@@ -57,7 +57,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from nodeagent import __version__
+from nodeagent import __version__, limits
 from nodeagent.cluster import fleet
 from nodeagent.cluster.fleet import Value
 from nodeagent.errors import UsageError
@@ -178,7 +178,7 @@ def load(path: Path) -> Baseline:
     """Read a baseline; every problem is a UsageError of one line naming the file and field."""
     again = f"record it again with `nodeagent baseline save {path}`"
     try:
-        text = path.read_text(encoding="utf-8")
+        text = limits.read_input_file(path, "baseline").decode("utf-8")
     except FileNotFoundError:
         record = f"record one with `nodeagent baseline save {path}`"
         raise UsageError(f"{path}: no such baseline; {record}") from None
@@ -186,9 +186,11 @@ def load(path: Path) -> Baseline:
         why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
         raise UsageError(f"{path}: cannot read the baseline ({why}); {again}") from None
     try:
-        doc = json.loads(text)
+        doc = limits.loads_json(text)
     except json.JSONDecodeError as e:
         raise UsageError(f"{path}: line {e.lineno}: not JSON ({e.msg}); {again}") from None
+    except ValueError as e:  # nested too deeply
+        raise UsageError(f"{path}: not a nodeagent baseline: the JSON is {e}; {again}") from None
     if not isinstance(doc, dict) or "hosts" not in doc:
         raise UsageError(f"{path}: line 1: not a nodeagent baseline (no hosts); {again}")
     version = doc.get("version")

@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 
 import click
 
-from nodeagent import __version__
+from nodeagent import __version__, limits
 from nodeagent.cli_gate import register as register_gate_commands
 from nodeagent.cli_options import (
     Fleet,
@@ -159,12 +159,21 @@ def check(
 @cli.command()
 @root_option
 @format_option
-def facts(root: str | None, fmt: str) -> None:
-    """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS."""
-    from nodeagent.facts import node
+@click.option(
+    "--timeout", type=float, default=60.0, show_default=True, help="Seconds collecting the facts may take."
+)
+def facts(root: str | None, fmt: str, timeout: float) -> None:
+    """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS.
+
+    Exit 0; 3 when the facts could not be collected within --timeout (one line on stderr)."""
+    from nodeagent import engine
 
     with open_root(root) as host:
-        doc = node.collect(host)
+        result = engine.collect_facts(host, timeout_s=timeout)
+    if result.doc is None:
+        click.echo(f"facts: {result.reason}", err=True)
+        sys.exit(3)
+    doc = result.doc
     if fmt == "json":
         from nodeagent.render import jsonout
 
@@ -251,8 +260,11 @@ def snapshot(output: Path, only: str | None, redact: bool) -> None:
 
 
 def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """--set ID.NAME=VALUE, the value read as a YAML scalar (4 -> int, true -> bool, 2MB -> str)."""
+    """--set ID.NAME=VALUE, the value read as a YAML scalar (4 -> int, true -> bool, 2MB -> str);
+    .nan/.inf and counts beyond nodeagent.limits' bounds (ranks above MAX_RANKS) are refused."""
     import yaml
+
+    from nodeagent import yamldoc
 
     out: dict[str, dict[str, Any]] = {}
     for item in values:
@@ -261,9 +273,15 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
         if not (eq and dot and tid and name):
             raise UsageError(f"--set {item!r}: write it as ID.PARAMETER=VALUE, e.g. numa-pinning.ranks=4")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            # yamldoc's loader: nesting capped, a 5000-digit integer or 2024-13-45 a YAMLError.
+            value = yaml.load(raw, Loader=yamldoc.SettingLoader) if raw.strip() else ""
+        except yaml.constructor.ConstructorError as e:
+            raise UsageError(f"--set {key}: {e.problem}") from None
         except yaml.YAMLError:
             value = raw
+        problem = limits.setting_problem(name, value)
+        if problem:
+            raise UsageError(f"--set {key}: {problem}")
         out.setdefault(tid, {})[name] = value
     return out
 
@@ -299,7 +317,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 )
 @click.option(
     "--ranks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=limits.MAX_RANKS),
     help="Local ranks on this node, for every tuner that plans per rank (numa-pinning, tf-threads, "
     "pinned-memory, tf-data); default: numa-pinning.ranks when set, else one per GPU (per NUMA node "
     "without GPUs).",
@@ -333,7 +351,9 @@ def tune(
     With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
     With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
     Exit codes: 0 planned, applied (or kept); 1 reverted by --verify, or a change took only in part
-    (a WARN read back); 2 a change did not take, or a benchmark failed; 64 bad input.
+    (a WARN read back); 2 a change did not take, or a benchmark failed; 64 bad input; 74 the state
+    disk is full or failing (before the first write: nothing changed; later: every value restored);
+    75 another apply/revert holds the state lock (nodeagent/state.py).
     """
     from nodeagent import tuners
     from nodeagent.host import open_host
@@ -371,7 +391,14 @@ def tune(
     requested = {t.id: {**from_playbook.get(t.id, {}), **overrides.get(t.id, {})} for t in selected}
     shared = share_layout(selected, requested, ranks)
     params = {t.id: t.make_params(shared[t.id]) for t in selected}
-    with open_host(root, writable=do_apply and root is not None) as host:
+    import contextlib
+
+    from nodeagent.state import lock
+
+    # --persist reads the persistent files' old content while planning: hold the state lock from
+    # then on, so a concurrent apply cannot change them between that read and the journal.
+    held = lock() if do_apply and persist else contextlib.nullcontext()
+    with held, open_host(root, writable=do_apply and root is not None) as host:
         plans = [t.run_plan(host, params[t.id]) for t in selected]
         result = None
         checked = None
@@ -443,6 +470,7 @@ def _print_tune(
         click.echo(jsonout.dumps(doc))
         return
     from nodeagent.render import table
+    from nodeagent.render.literal import shown
 
     out = table.console()
     out.print(table.plan_table(host, plans))
@@ -451,7 +479,7 @@ def _print_tune(
 
         out.print(bench_verify.result_table(checked))
         for note in checked.notes:
-            out.print(f"note: {note}", style="yellow")
+            out.print(f"note: {shown(note)}", style="yellow")
     out.print()
     # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
     out.print(table.story_lines(story or []), soft_wrap=True)
@@ -464,29 +492,42 @@ def _print_tune(
 )
 @click.option("--list", "list_only", is_flag=True, help="List the journals and their states.")
 def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
-    """Restore the values an apply changed, from its journal (also after a crash)."""
+    """Restore the values an apply changed, from its journal (also after a crash).
+
+    Newest first by the journals' sequence. A value changed since the apply (by someone else) is a
+    conflict: left as it is, shown, exit 2. Exit codes: 0 every value back; 2 a conflict or a value
+    not restored; 64 bad input or a journal naming a path nodeagent does not write; 74 the state
+    disk is full; 75 another apply/revert holds the state lock.
+    """
     from nodeagent import apply, journal
     from nodeagent.finding import worst
     from nodeagent.render import table
+    from nodeagent.render.literal import shown
     from nodeagent.render.tune_story import revert_story
 
     out = table.console()
     if list_only:
         for j in journal.all_journals():
-            out.print(f"{j.id}  {j.state:12} {len(j.writes)} write(s)  {j.host.get('name', '')}  {j.path}")
+            host = shown(j.host.get("name", ""))  # a journal's text is data: control characters shown
+            out.print(f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}")
         return
     if revert_all == bool(journal_id):
         raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
-    targets = (
-        [j for j in reversed(journal.all_journals()) if j.state != journal.REVERTED]
-        if revert_all
-        else [journal.find(journal_id or "")]
-    )
-    done = []
-    for j in targets:
-        before = j.state
-        done.append((j, before, apply.revert(j)))
-    left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
+    from nodeagent.state import lock
+
+    with lock():  # no apply or other revert in between (a second one waits, then exit 75)
+        targets = (
+            [j for j in reversed(journal.all_journals()) if j.state != journal.REVERTED]
+            if revert_all
+            else [journal.find(journal_id or "")]
+        )
+        for j in targets:  # a journal naming a path nodeagent does not write: refused before any write
+            apply.check_owned(j)
+        done = []
+        for j in targets:
+            before = j.state
+            done.append((j, before, apply.revert(j)))
+        left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
     out.print(table.story_lines(revert_story(done, left)), soft_wrap=True)
     sys.exit(worst(f.status for _, _, findings in done for f in findings).exit_code)
 

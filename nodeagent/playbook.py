@@ -38,6 +38,7 @@ WORDING = Wording(
     example="preflight.yml",
     empty="write at least description: and checks: (`nodeagent playbooks show preflight` is an example)",
     top_level="write description:, checks:, thresholds: ... (see `nodeagent playbooks show preflight`)",
+    show_top_level=False,
 )
 
 
@@ -183,6 +184,9 @@ class _Merged:
     lost_hardware: str | None = None
 
 
+_MAX_LISTED_INCLUDES = 256
+
+
 def _merge(base: _Merged, over: _Merged) -> _Merged:
     """`over` (a later include, or the including file) on top of `base`: scalars replaced, checks
     and tuners merged per id (their params per name), thresholds concatenated except that `over`'s
@@ -195,10 +199,9 @@ def _merge(base: _Merged, over: _Merged) -> _Merged:
     tuners = {k: dict(v) for k, v in base.tuners.items()}
     for tid, params in over.tuners.items():
         tuners[tid] = {**tuners.get(tid, {}), **params}
-    replacing = {
-        p.threshold.value: [q for q in over.thresholds if q.threshold.value == p.threshold.value]
-        for p in over.thresholds
-    }
+    replacing: dict[str, list[_Placed]] = {}  # value key -> over's thresholds on it (one pass)
+    for q in over.thresholds:
+        replacing.setdefault(q.threshold.value, []).append(q)
     thresholds: list[_Placed] = []
     for p in base.thresholds:
         if p.threshold.value not in replacing:
@@ -207,6 +210,11 @@ def _merge(base: _Merged, over: _Merged) -> _Merged:
             thresholds += replacing[p.threshold.value]
             replacing[p.threshold.value] = []
     thresholds += [q for q in over.thresholds if replacing.get(q.threshold.value)]
+    includes = [*base.includes, *over.includes]  # each merge, in order (a file merged twice: twice)
+    if len(includes) > _MAX_LISTED_INCLUDES:
+        # Diamonds of includes double the list at each level (30 levels: 2**30 entries); past the
+        # bound each file is listed once, where it was first merged.
+        includes = list(dict.fromkeys(includes))
     return _Merged(
         description=over.description if over.description is not None else base.description,
         budget_s=over.budget_s if over.budget_s is not None else base.budget_s,
@@ -215,7 +223,7 @@ def _merge(base: _Merged, over: _Merged) -> _Merged:
         thresholds=thresholds,
         tuners=tuners,
         bench={**base.bench, **over.bench},
-        includes=[*base.includes, *over.includes],
+        includes=includes,
         expect_params={
             cid: {**base.expect_params.get(cid, {}), **over.expect_params.get(cid, {})}
             for cid in {*base.expect_params, *over.expect_params}
@@ -225,9 +233,24 @@ def _merge(base: _Merged, over: _Merged) -> _Merged:
     )
 
 
+def _copy(merged: _Merged) -> _Merged:
+    """A copy the caller may change (resolve's callers append to includes and filter checks)."""
+    return dataclasses.replace(
+        merged,
+        checks=None if merged.checks is None else {k: dict(v) for k, v in merged.checks.items()},
+        thresholds=list(merged.thresholds),
+        tuners={k: dict(v) for k, v in merged.tuners.items()},
+        bench=dict(merged.bench),
+        includes=list(merged.includes),
+        expect_params={k: dict(v) for k, v in merged.expect_params.items()},
+        expect_at=dict(merged.expect_at),
+    )
+
+
 class _Resolver:
     def __init__(self) -> None:
         self.docs: dict[str, tuple[_File, schema.PlaybookFile]] = {}
+        self.resolved: dict[str, _Merged] = {}  # identity -> the file merged over its includes
         self._checks: list[str] | None = None
         self._tuners: list[str] | None = None
         self.check_objects: dict[str, Any] = {}
@@ -253,11 +276,28 @@ class _Resolver:
     def load(self, where: _Where) -> tuple[_File, schema.PlaybookFile]:
         if where.identity not in self.docs:
             doc = where.read()
+            if not set(doc.data) & set(schema.PlaybookFile.model_fields):
+                # Not a playbook at all (an include of the wrong file, /etc/shadow): its keys are
+                # not shown, a first line there may be a secret.
+                known = ", ".join(schema.PlaybookFile.model_fields)
+                raise UsageError(
+                    f"{doc.source}: not a playbook (none of its keys is one of {known}); check the path"
+                )
             spec = doc.validate(schema.PlaybookFile, doc.data, lambda loc: loc)
             self.docs[where.identity] = (doc, spec)
         return self.docs[where.identity]
 
     def resolve(self, where: _Where, chain: tuple[_Where, ...] = ()) -> _Merged:
+        """`where` merged over its includes. Each file is resolved once (a diamond of includes 30
+        deep is 30 files, not 2**30 merges): a file whose resolution finished has no cycle below
+        it, so its result holds whatever chain includes it again."""
+        done = self.resolved.get(where.identity)
+        if done is None:
+            done = self._resolve(where, chain)
+            self.resolved[where.identity] = done
+        return _copy(done)
+
+    def _resolve(self, where: _Where, chain: tuple[_Where, ...]) -> _Merged:
         doc, spec = self.load(where)
         own = self.own(doc, spec)  # this file's errors before those of its includes
         merged = _Merged()

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nodeagent import limits
 from nodeagent.errors import UsageError
 from nodeagent.state import state_dir, write_atomic
 
@@ -43,7 +44,8 @@ def profile_path(name: str, base: Path | None = None) -> Path:
 def load(name: str, base: Path | None = None) -> dict[str, Any]:
     path = profile_path(name, base)
     try:
-        doc = json.loads(path.read_text())
+        # A regular file under the input cap, its nesting bounded: a profile is a few KiB.
+        doc = limits.loads_json(limits.read_input_file(path, "profile"))
     except FileNotFoundError:
         raise UsageError(
             f"no profile {name!r} ({path}); create it with `nodeagent tune --apply --profile {name}`"

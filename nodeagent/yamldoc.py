@@ -11,6 +11,7 @@ is: the kind of file is named by a Wording, and subclasses of Document add the c
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,11 +20,13 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from nodeagent import limits
 from nodeagent.errors import UsageError
 
 __all__ = [
     "Document",
     "Loc",
+    "SettingLoader",
     "Wording",
     "did_you_mean",
     "format_loc",
@@ -130,6 +133,8 @@ class Wording:
     top_level: str  # what the top level should hold: "write `hosts:` ..."
     # A problem with a key name anywhere in the file (passwords in an inventory), or None.
     refuse_key: Callable[[str], str | None] = field(default=lambda _name: None)
+    # False: a top level that is not a mapping is never echoed (nor is "not a <what>" left unsaid).
+    show_top_level: bool = True
 
     @property
     def a_what(self) -> str:
@@ -173,10 +178,11 @@ _D = TypeVar("_D", bound=Document)
 
 
 def read_document(path: Path, wording: Wording, kind: type[_D]) -> _D:
-    """The file at `path` as a `kind` of Document; unreadable files and bad YAML are UsageErrors."""
+    """The file at `path` as a `kind` of Document; unreadable files and bad YAML are UsageErrors.
+    Only a regular file up to NODEAGENT_MAX_INPUT_MIB is read (nodeagent.limits)."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = limits.read_input_file(path, wording.what).decode("utf-8")
     except FileNotFoundError:
         raise UsageError(f"{source}: no such {wording.what} file; check the path") from None
     except IsADirectoryError:
@@ -195,7 +201,12 @@ def read_document(path: Path, wording: Wording, kind: type[_D]) -> _D:
 def parse_document(text: str, source: str, base: Path | None, wording: Wording, kind: type[_D]) -> _D:
     """YAML `text` (read from `source`) as a `kind` of Document whose top level is a mapping."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = _compose(text)
+    except _TooDeep:  # as a RecursionError was reported (the limit is in README.md, "Limits")
+        raise UsageError(f"{source}: the YAML is nested too deeply to be {wording.a_what}") from None
+    except _Refused as e:
+        line = e.problem_mark.line + 1 if e.problem_mark is not None else 1
+        raise UsageError(f"{source}:{line}: {e.problem}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}" if mark is not None else source
@@ -211,7 +222,7 @@ def parse_document(text: str, source: str, base: Path | None, wording: Wording, 
         raise UsageError(f"{source}: the {wording.what} is empty; {wording.empty}")
     doc = kind(source, root, None, base)
     _check_tree(doc, wording)
-    loader = yaml.SafeLoader("")
+    loader = _Loader("")
     try:
         doc.data = loader.construct_document(root)
     except yaml.MarkedYAMLError as e:
@@ -222,8 +233,164 @@ def parse_document(text: str, source: str, base: Path | None, wording: Wording, 
     finally:
         loader.dispose()
     if not isinstance(doc.data, dict):
-        doc.fail((), f"the top level is {show_value(doc.data)}, not a mapping; {wording.top_level}")
+        doc.fail((), _not_a_mapping(doc.data, wording))
     return doc
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """A YAML document refused for its shape (too deep, aliases expanding too far), not its syntax."""
+
+
+class _TooDeep(_Refused):
+    """More than NODEAGENT_MAX_DEPTH lists and mappings inside each other."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's SafeLoader with the nesting capped while composing (before any recursion can run
+    out of stack) and values that Python refuses to build (an integer of more than 4,300 digits,
+    the date 2024-13-45) reported at their line instead of escaping as ValueError."""
+
+    max_depth = 64
+    _depth = 0
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.aliases: list[tuple[Any, Any]] = []  # (where *name is written, the anchor's name)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            self.aliases.append((event.start_mark, event.anchor))
+        elif self.check_event(yaml.events.CollectionStartEvent):
+            if self._depth >= self.max_depth:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise _TooDeep(
+                    problem=f"nested deeper than {self.max_depth} levels (limit NODEAGENT_MAX_DEPTH); "
+                    "flatten it",
+                    problem_mark=event.start_mark,
+                )
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+        return super().compose_node(parent, index)
+
+    def _built(self, node: Any, build: Callable[[Any], Any], what: str) -> Any:
+        try:
+            return build(node)
+        except ValueError as e:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"{show_value(_short(node.value))} is not a valid {what} ({_first_line(e)})",
+                node.start_mark,
+            ) from None
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        return self._built(node, super().construct_yaml_int, "integer")
+
+    def construct_yaml_float(self, node: Any) -> Any:
+        return self._built(node, super().construct_yaml_float, "number")
+
+    def construct_yaml_timestamp(self, node: Any) -> Any:
+        return self._built(node, super().construct_yaml_timestamp, "date")
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_timestamp)
+
+
+class SettingLoader(_Loader):
+    """For one value given on the command line (`--set ID.NAME=VALUE`): yamldoc's checks, which
+    turn an impossible integer or date into a YAMLError rather than a ValueError."""
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The node tree of `text`, refused (_Refused, with a line) when it nests deeper than
+    NODEAGENT_MAX_DEPTH or its aliases (*name) would add more than NODEAGENT_MAX_ALIAS_VALUES
+    values once expanded (a "billion laughs": a few hundred bytes that expand to gigabytes in
+    whatever walks the data) or refer to themselves."""
+    loader = _Loader(text)
+    loader.max_depth = limits.limit("NODEAGENT_MAX_DEPTH")
+    try:
+        root = loader.get_single_node()
+    finally:
+        loader.dispose()
+    if root is not None and loader.aliases:
+        _check_aliases(root, loader.aliases)
+    return root
+
+
+def _check_aliases(root: yaml.Node, aliases: list[tuple[Any, Any]]) -> None:
+    """Count the values of the tree with every alias expanded (each shared node's count computed
+    once), against the values really written; depth is bounded by the composer, except through
+    aliases, so expanded depth is capped here too (which also stops an alias inside itself)."""
+    cap = limits.limit("NODEAGENT_MAX_ALIAS_VALUES")
+    max_depth = limits.limit("NODEAGENT_MAX_DEPTH")
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+
+    def size(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in on_path:
+            raise _Refused(
+                problem="an alias (*name) refers to the value that contains it; write the value out",
+                problem_mark=node.start_mark,
+            )
+        if depth > max_depth:
+            raise _Refused(
+                problem=f"aliases (*name) nest deeper than {max_depth} levels (limit NODEAGENT_MAX_DEPTH); "
+                "write the values out",
+                problem_mark=node.start_mark,
+            )
+        total = 1
+        on_path.add(key)
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(item, depth + 1) for item in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in node.value)
+        on_path.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root, 0)
+    if expanded - len(sizes) > cap:
+        mark, name = aliases[-1]
+        raise _Refused(
+            problem=f"the aliases (*{name} and others) expand to {expanded:,} values, more than {cap:,} "
+            "beyond what is written (limit NODEAGENT_MAX_ALIAS_VALUES); write the values out",
+            problem_mark=mark,
+        )
+
+
+def _not_a_mapping(data: Any, wording: Wording) -> str:
+    """Why a file whose top level is not a mapping is not this kind of file. The value itself is
+    shown only when it is one short word (`node01`) and the Wording allows it: a file given by
+    mistake (`include: /etc/shadow`) must not have its first line copied into logs."""
+    shown = show_value(data) if isinstance(data, list | dict) else None
+    if isinstance(data, str):
+        word = wording.show_top_level and re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", data) is not None
+        shown = show_value(data) if word else "text"
+    elif shown is None:
+        shown = "a number, a date or a boolean" if data is not None else "null"
+    if wording.show_top_level:
+        return f"the top level is {shown}, not a mapping; {wording.top_level}"
+    return f"not {wording.a_what}: the top level is {shown}, not a mapping; {wording.top_level}"
 
 
 def _check_tree(doc: Document, wording: Wording) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.cluster.hostlist import ansible_bracket, expand_brackets
+from nodeagent.cluster.hostlist import ansible_bracket, count_brackets, expand_brackets
 from nodeagent.cluster.hostnames import GROUP_NAME, check_host, is_host
 from nodeagent.cluster.inventory_schema import (
     ConnectionSettings,
@@ -100,6 +100,7 @@ class _Group:
     name: str
     loc: Loc
     hosts: list[str] = field(default_factory=list)
+    listed: set[str] = field(default_factory=set)  # `hosts` as a set: membership in O(1)
     children: dict[str, Loc] = field(default_factory=dict)  # child -> where it is named
     parents: set[str] = field(default_factory=set)
     vars: dict[str, tuple[Any, Loc]] = field(default_factory=dict)
@@ -127,8 +128,12 @@ class AnsibleReader:
         depth: dict[str, int] = {}
         members: dict[str, list[str]] = {name: [] for name in self.groups}
         hosts = []
+        direct_groups: dict[str, list[str]] = {}  # host -> the groups listing it (one pass, not one per host)
+        for g in self.groups.values():
+            for host in g.hosts:
+                direct_groups.setdefault(host, []).append(g.name)
         for name in self.host_vars:
-            direct = [g.name for g in self.groups.values() if name in g.hosts]
+            direct = direct_groups.get(name, [])
             groups = self._with_ancestors(direct) | {"all"}
             for group_name in sorted(groups, key=lambda g: self._order(g, depth)):
                 members[group_name].append(name)
@@ -179,6 +184,11 @@ class AnsibleReader:
             )
         host_pattern, port = _ansible_host_pattern(pattern)
         try:
+            count = count_brackets(host_pattern, ansible_bracket)
+        except ValueError as e:
+            doc.fail(loc, f"bad host range {pattern!r}: {e}")
+        doc.spend(count, loc)  # the file's hosts in all, counted before they are listed
+        try:
             names = expand_brackets(host_pattern, ansible_bracket)
         except ValueError as e:
             doc.fail(loc, f"bad host range {pattern!r}: {e}")
@@ -187,7 +197,8 @@ class AnsibleReader:
                 check_host(name)
             except ValueError as e:
                 doc.fail(loc, str(e))
-            if name not in group.hosts:
+            if name not in group.listed:
+                group.listed.add(name)
                 group.hosts.append(name)
             self.host_loc.setdefault(name, loc)
             host_vars = self.host_vars.setdefault(name, {})

@@ -43,6 +43,7 @@ from nodeagent import hardware
 from nodeagent.errors import UsageError
 from nodeagent.facts.system import parse_cmdline
 from nodeagent.finding import Finding, Status
+from nodeagent.render.literal import lits
 
 Value: TypeAlias = str | int | float | bool | None
 
@@ -527,9 +528,7 @@ def _drift_table(drift: Sequence[Drift]) -> Table:
         for hosts in sorted(groups.values(), key=lambda hs: (-len(hs), hs[0])):
             rows.append((_show(d.hosts[hosts[0]]), abbreviate(hosts)))
         for i, (value, hosts_text) in enumerate(rows):
-            table.add_row(
-                Text(d.key if i == 0 else ""), Text(value), Text(hosts_text), end_section=i == len(rows) - 1
-            )
+            table.add_row(*lits(d.key if i == 0 else "", value, hosts_text), end_section=i == len(rows) - 1)
     return table
 
 
@@ -542,9 +541,7 @@ def _outlier_table(outliers: Sequence[Outlier]) -> Table:
     table.add_column("score", justify="right")
     table.add_column("direction")
     for o in outliers:
-        table.add_row(
-            Text(o.key), Text(o.host), _show(o.value), _show(o.median), f"{o.score:+.1f}", o.direction
-        )
+        table.add_row(*lits(o.key, o.host, _show(o.value), _show(o.median), f"{o.score:+.1f}", o.direction))
     return table
 
 

@@ -77,6 +77,7 @@ def _load_native(doc: InventoryDocument) -> LoadedInventory:
         if isinstance(item, str):
             listed = [(name, name, ConnectionSettings(), {}) for name in doc.expand(item, loc)]
         elif isinstance(item, dict):
+            doc.spend(1, loc)
             entry = doc.validate(HostEntry, item, _under(loc))
             variables = {k: doc.text(v, (*loc, "vars", k)) for k, v in (entry.vars or {}).items()}
             listed = [(entry.name, entry.host or entry.name, entry, variables)]
@@ -103,7 +104,7 @@ def _load_native(doc: InventoryDocument) -> LoadedInventory:
             doc.fail(("groups", group), "is not a valid group name; use letters, digits, '_', '.' and '-'")
         members.setdefault(group, [])
         for j, expr in enumerate(exprs):
-            for name in doc.expand(expr, ("groups", group, j)):
+            for name in doc.expand(expr, ("groups", group, j), count=False):
                 if name not in found:
                     doc.fail(
                         ("groups", group, j),

@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from nodeagent import yamldoc
-from nodeagent.cluster.hostlist import expand_hostlist
-from nodeagent.cluster.hostnames import check_host
+from nodeagent.cluster.hostlist import MAX_HOSTS, count_hostlist, expand_hostlist
+from nodeagent.cluster.hostnames import check_host, is_host
 from nodeagent.errors import UsageError
-from nodeagent.yamldoc import Loc
+from nodeagent.yamldoc import Loc, show_value
 
 __all__ = ["InventoryDocument", "read_document", "schema_problem"]
 
@@ -106,15 +106,48 @@ def schema_problem(err: Any, model: type[BaseModel]) -> str:
     return yamldoc.schema_problem(err, model, _expect)
 
 
+def _data_address(text: str) -> str | None:
+    """vars.data_address (nodeagent.cluster.bandwidth: the address the bandwidth test connects to,
+    which reaches a remote command line): empty (the SSH address), a host name or an IP address."""
+    if text.strip() and not is_host(text.strip()):
+        return (
+            f"{show_value(text)} is not a host name or IP address; give the address of the host's "
+            "data-network interface"
+        )
+    return None
+
+
+# Variables nodeagent reads, checked as the inventory loads: name -> problem with the text, or None.
+CHECKED_VARS = {"data_address": _data_address}
+
+
 class InventoryDocument(yamldoc.Document):
+    # Host names the file may still list (hostlist.MAX_HOSTS in all, not per expression: sixty
+    # lines of node[1-99999] are six million names), counted before each expression is expanded.
+    budget: int = MAX_HOSTS
+
     def problem(self, err: Any, model: type[BaseModel]) -> str:
         return schema_problem(err, model)
 
-    def expand(self, expr: str, loc: Loc) -> list[str]:
+    def spend(self, count: int, loc: Loc) -> None:
+        """`count` more host names listed; past MAX_HOSTS in the file, the one-line error."""
+        if count > self.budget:
+            self.fail(
+                loc,
+                f"the inventory lists more than {MAX_HOSTS:,} host names in all; split it into several "
+                "inventories (or use --limit)",
+            )
+        self.budget -= count
+
+    def expand(self, expr: str, loc: Loc, count: bool = True) -> list[str]:
+        """The names of a hostlist expression; `count`: they are hosts listed (not group members),
+        spent from the file's budget before they are listed."""
         try:
-            names = expand_hostlist(expr)
+            total = count_hostlist(expr) if count else 0
+            names = [] if total > self.budget else expand_hostlist(expr)
         except UsageError as e:
             self.fail(loc, str(e))
+        self.spend(total, loc)
         for name in names:
             try:
                 check_host(name)
@@ -123,10 +156,18 @@ class InventoryDocument(yamldoc.Document):
         return names
 
     def text(self, value: Any, loc: Loc) -> str:
+        """A host or group variable as text; the variables nodeagent itself reads (CHECKED_VARS)
+        are checked here, when the inventory loads, rather than once the fleet has run."""
         try:
-            return _var_text(value)
+            text = _var_text(value)
         except ValueError:  # json.dumps of a YAML alias that contains itself
             self.fail(loc, "the value refers to itself (a YAML alias loop); write it out")
+        check = CHECKED_VARS.get(str(loc[-1])) if loc else None
+        if check is not None:
+            problem = check(text)
+            if problem:
+                self.fail(loc, problem)
+        return text
 
 
 def read_document(path: Path) -> InventoryDocument:

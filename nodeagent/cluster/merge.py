@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nodeagent import limits
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import HostError
@@ -112,15 +113,20 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
 def _read(path: Path) -> _Read:
     try:
         mtime = path.stat().st_mtime
-        text = path.read_bytes().decode("utf-8")
+        # A node's report: no larger than what a node may send over SSH (NODEAGENT_MAX_STDOUT_MIB).
+        text = limits.read_input_file(path, "report", "NODEAGENT_MAX_STDOUT_MIB").decode("utf-8")
+    except UsageError as e:
+        return _Read(path, None, str(e))
     except OSError as e:
         return _Read(path, None, f"{path}: cannot read it ({e.strerror or e})")
     except UnicodeDecodeError as e:
         return _Read(path, None, f"{path}: byte {e.start}: not UTF-8 text", mtime)
     try:
-        doc = json.loads(text)
+        doc = limits.loads_json(text)
     except json.JSONDecodeError as e:
         return _Read(path, None, f"{path}: line {e.lineno}: not JSON ({e.msg})", mtime)
+    except ValueError as e:  # nested too deeply
+        return _Read(path, None, f"{path}: not a nodeagent report: the JSON is {e}", mtime)
     problem = _problem(doc)
     if problem:
         return _Read(path, None, f"{path}: {problem}", mtime)

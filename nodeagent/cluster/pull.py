@@ -17,7 +17,7 @@ import shlex
 import zlib
 from collections.abc import Sequence
 
-from nodeagent import __version__
+from nodeagent import __version__, limits
 
 # Loaded in this order on the node: each imports only the standard library and those before it.
 _PACKAGES = ("nodeagent", "nodeagent.host")
@@ -67,3 +67,33 @@ def command(python: str) -> str:
     the inventory). `-I`: no user site-packages or PYTHON* variables can change what runs; `-S`: no
     `site` either (the recorder needs the standard library only, and every node pays the import)."""
     return shlex.join([python, "-I", "-S", "-c", BOOTSTRAP])
+
+
+def check_size(stream: bytes, cap: int | None = None) -> None:
+    """ValueError when the pull stream `stream` decompresses to more than `cap` bytes (default
+    NODEAGENT_MAX_RECORDING_MIB), found while decompressing in bounded pieces, so a zlib bomb (2 MB
+    that inflate to gigabytes) costs one piece of memory at a time; then nodeagent.snapshot.decode
+    can inflate it whole. A stream that is not a recording is left to decode to name."""
+    from nodeagent.snapshot import PULL_MAGIC
+
+    if not stream.startswith(PULL_MAGIC):
+        return
+    limit = limits.limit_bytes("NODEAGENT_MAX_RECORDING_MIB") if cap is None else cap
+    inflate = zlib.decompressobj()
+    size = 0
+    piece = 1 << 20
+    data = stream[len(PULL_MAGIC) :]
+    try:
+        while not inflate.eof:
+            chunk = inflate.decompress(data, piece)
+            data = inflate.unconsumed_tail
+            size += len(chunk)
+            if not chunk and not data:
+                break  # all of the input read (a truncated stream: decode names it)
+            if size > limit:
+                raise ValueError(
+                    f"it decompresses to more than {limit / limits.MiB:g} MiB "
+                    "(limit NODEAGENT_MAX_RECORDING_MIB)"
+                )
+    except zlib.error:
+        return  # decode names the corruption

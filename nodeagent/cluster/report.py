@@ -20,6 +20,7 @@ from rich.text import Text
 from nodeagent.cluster import fleet
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.finding import WORST_FIRST, Finding, Status, worst
+from nodeagent.render.literal import lit
 from nodeagent.render.table import STYLE
 
 
@@ -136,7 +137,7 @@ def hosts_table(r: FleetReport) -> Group:
     attention, or its error."""
     common = common_findings(r)
     shared = {_key(f) for f in common}
-    t = Table(title=f"nodeagent fleet: {len(r.outcomes)} hosts", title_justify="left", expand=True)
+    t = Table(title=lit(f"nodeagent fleet: {len(r.outcomes)} hosts"), title_justify="left", expand=True)
     t.add_column("host", no_wrap=True)
     t.add_column("status", no_wrap=True)
     t.add_column("its own findings needing attention, or why it gave none", ratio=1, overflow="fold")
@@ -145,17 +146,17 @@ def hosts_table(r: FleetReport) -> Group:
     for o in rows:
         status = host_status(o)
         if o.error is not None:
-            what = Text(f"{o.error.kind}: {o.error.message}")
+            what = lit(f"{o.error.kind}: {o.error.message}")
         else:
             own = [_line(f) for f in _attention(o) if _key(f) not in shared]
-            what = Text("\n".join(own) if own else ("as on every host" if common else "all OK"))
-        t.add_row(o.name, Text(status.value, style=STYLE[status]), what, f"{o.duration_s:.1f}s")
+            what = lit("\n".join(own) if own else ("as on every host" if common else "all OK"))
+        t.add_row(lit(o.name), Text(status.value, style=STYLE[status]), what, lit(f"{o.duration_s:.1f}s"))
     if not common:
         return Group(t)
     c = Table(title="on every host that answered", title_justify="left", expand=True, show_header=False)
     c.add_column("finding", ratio=1, overflow="fold")
     for f in common:
-        c.add_row(Text(_line(f), style=STYLE[Status(f["status"])]))
+        c.add_row(lit(_line(f), style=STYLE[Status(f["status"])]))
     return Group(c, Text(), t)
 
 

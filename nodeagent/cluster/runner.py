@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nodeagent import pool
+from nodeagent import limits, pool
 from nodeagent.cluster import DEFAULT_PARALLEL, ssh
 from nodeagent.cluster.ssh import HostError
 
@@ -88,12 +88,14 @@ def _agent_json(spec: HostSpec, conn: Connection, argv: Sequence[str]) -> tuple[
             "or leave out --remote-agent",
         )
     try:
-        doc = json.loads(out.stdout)
-    except ValueError:
+        doc = limits.loads_json(out.stdout)
+    except json.JSONDecodeError:
         raise HostError(
             ssh.REMOTE,
             f"`{command}` exited {out.exited} without JSON: {last or out.stdout[:200]!r}",
         ) from None
+    except ValueError as e:  # nested too deeply
+        raise HostError(ssh.REMOTE, f"`{command}` printed JSON {e}") from None
     if not isinstance(doc, dict):
         raise HostError(ssh.REMOTE, f"`{command}` printed JSON that is not an object")
     return doc, out.exited
@@ -160,6 +162,7 @@ class CheckJob:
                 )
             raise HostError(ssh.REMOTE, f"recording {spec.name} failed: {last}")
         try:
+            pull.check_size(out.stdout)
             rec = snapshot.decode(out.stdout)
         except ValueError as e:
             raise HostError(ssh.REMOTE, f"the recording pulled from {spec.name} is unreadable: {e}") from None

@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
+from nodeagent import limits
+from nodeagent.limits import MiB
+
 if TYPE_CHECKING:
     from fabric import Connection
 
@@ -256,12 +259,31 @@ class Output:
     exited: int
 
 
-def run(conn: Connection, command: str, timeout: float, stdin: bytes | None = None) -> Output:
+def _too_much(stream: str, variable: str, cap: int) -> HostError:
+    return HostError(
+        REMOTE,
+        f"{stream} output larger than {cap / MiB:g} MiB (limit {variable}); the command was stopped",
+    )
+
+
+def run(
+    conn: Connection,
+    command: str,
+    timeout: float,
+    stdin: bytes | None = None,
+    max_stdout: int | None = None,
+    max_stderr: int | None = None,
+) -> Output:
     """Run a shell command line (already quoted) on an open connection, `stdin` fed to it; bytes
     out, exact limit.
 
     Raises HostError(TIMEOUT) when it does not finish within `timeout` seconds (the channel is
-    closed, so the remote command gets SIGHUP through sshd)."""
+    closed, so the remote command gets SIGHUP through sshd), and HostError(REMOTE) as soon as it
+    has printed more than `max_stdout` / `max_stderr` bytes (default NODEAGENT_MAX_STDOUT_MIB and
+    NODEAGENT_MAX_STDERR_MIB, nodeagent.limits): a node that prints without end costs the limit,
+    not the controller's memory."""
+    out_cap = limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB") if max_stdout is None else max_stdout
+    err_cap = limits.limit_bytes("NODEAGENT_MAX_STDERR_MIB") if max_stderr is None else max_stderr
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise HostError(UNREACHABLE, "the SSH connection closed")
@@ -275,23 +297,36 @@ def run(conn: Connection, command: str, timeout: float, stdin: bytes | None = No
             chan.shutdown_write()
         out: list[bytes] = []
         err: list[bytes] = []
+        out_size = err_size = 0
+
+        def drain_stderr() -> None:
+            nonlocal err_size
+            data = chan.recv_stderr(1 << 16)
+            err_size += len(data)
+            if err_size > err_cap:
+                raise _too_much("stderr", "NODEAGENT_MAX_STDERR_MIB", err_cap)
+            err.append(data)
+
         while True:
-            if chan.recv_stderr_ready():  # drained as it comes, so a chatty stderr cannot stall it
-                err.append(chan.recv_stderr(1 << 16))
-                continue
             if time.monotonic() > deadline:
                 raise HostError(TIMEOUT, f"the command did not finish within {timeout:g}s")
+            if chan.recv_stderr_ready():  # drained as it comes, so a chatty stderr cannot stall it
+                drain_stderr()
+                continue
             try:
                 data = chan.recv(1 << 16)
             except TimeoutError:
                 continue
             if not data:
                 break  # end of its output
+            out_size += len(data)
+            if out_size > out_cap:
+                raise _too_much("stdout", "NODEAGENT_MAX_STDOUT_MIB", out_cap)
             out.append(data)
         if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise HostError(TIMEOUT, f"the command did not exit within {timeout:g}s")
         while chan.recv_stderr_ready():
-            err.append(chan.recv_stderr(1 << 16))
+            drain_stderr()
         if not transport.is_active() and chan.exit_status == -1:
             raise HostError(UNREACHABLE, "the connection closed while the command ran (sshd stopped?)")
         return Output(b"".join(out), b"".join(err), chan.exit_status)
