@@ -509,7 +509,8 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
     if list_only:
         for j in journal.all_journals():
             host = shown(j.host.get("name", ""))  # a journal's text is data: control characters shown
-            out.print(f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}")
+            line = f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}"
+            out.print(line, soft_wrap=True)  # one journal per line, also in a pipe
         return
     if revert_all == bool(journal_id):
         raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
