@@ -204,6 +204,23 @@ def share_layout(
     return out
 
 
+# A thread pool larger than the CPUs it runs on only adds context switches; beyond a few threads per
+# CPU a count is a typo (or a hostile --set: 10**6 threads exhaust the machine), not a tuning choice.
+THREADS_PER_CPU_MAX = 4
+
+
+def check_thread_count(tuner_id: str, name: str, value: int, cpus: int | None) -> None:
+    """A UsageError when a thread-count parameter is beyond THREADS_PER_CPU_MAX x this node's CPUs
+    (unknown CPUs: no bound here; nodeagent.limits still caps every integer)."""
+    from nodeagent.errors import UsageError
+
+    if cpus and value > THREADS_PER_CPU_MAX * cpus:
+        raise UsageError(
+            f"tuner {tuner_id}: {name}={value} is more than {THREADS_PER_CPU_MAX} threads per CPU of the "
+            f"{cpus} this node has; give at most {THREADS_PER_CPU_MAX * cpus}, or 0 to derive it"
+        )
+
+
 # -- documentation of parameters ---------------------------------------------------------------------
 
 

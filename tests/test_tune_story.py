@@ -631,6 +631,30 @@ def test_ranks_without_a_per_rank_tuner_is_refused(capsys: pytest.CaptureFixture
     assert e.value.code == 64 and "none of the selected tuners (thp) plans per rank" in line
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "tf-threads.intra_op=100000",
+        "tf-threads.min_inter_op=9",
+        "tf-data.private_threadpool_size=1000000",
+        "tf-data.max_intra_op_parallelism=99",
+        "pinned-memory.thread_count=4096",
+    ],
+)
+def test_thread_counts_beyond_the_machine_are_refused(
+    capsys: pytest.CaptureFixture[str], setting: str
+) -> None:
+    """The recorded VM has 2 CPUs: at most 4 threads per CPU (nodeagent.tune.THREADS_PER_CPU_MAX)."""
+    from nodeagent.cli import main
+
+    tuner = setting.split(".", 1)[0]
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "--root", str(VM), "--only", tuner, "--set", setting])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert e.value.code == 64
+    assert "threads per CPU of the 2 this node has; give at most 8" in line
+
+
 # -- nodeagent tuners --params -------------------------------------------------------------------------------
 
 

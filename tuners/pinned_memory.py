@@ -31,7 +31,7 @@ from nodeagent.facts import limits, ranks
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.ranks import RankFacts
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner
+from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "pinned-memory"
 HOST_MEM = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
@@ -145,6 +145,7 @@ def host_mem_limit_mb(f: Facts, p: Params, layout: ranks.RankLayout) -> tuple[in
 
 
 def plan(f: Facts, p: Params) -> Plan:
+    check_thread_count(ID, "thread_count", p.thread_count, len(f.ranks.topology.cpus_online))
     if not f.ranks.gpus:
         smi = f.ranks.smi_missing or "no GPU listed"
         return Plan(

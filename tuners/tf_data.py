@@ -32,7 +32,7 @@ from nodeagent.errors import UsageError
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import RankFacts, RankSlot
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner
+from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "tf-data"
 PROFILE_KEY = "tf_data"
@@ -260,6 +260,8 @@ def _pool(f: RankFacts, p: Params) -> tuple[int | None, str, list[str], dict[str
 
 
 def plan(f: RankFacts, p: Params) -> Plan:
+    for name in ("private_threadpool_size", "max_intra_op_parallelism"):
+        check_thread_count(ID, name, getattr(p, name), len(f.topology.cpus_online))
     pool, cores_note, notes, details = _pool(f, p)
     options = options_for(p, pool)
     if not options:

@@ -27,7 +27,7 @@ from nodeagent.errors import UsageError
 from nodeagent.facts import limits, ranks
 from nodeagent.facts.ranks import RankFacts, RankSlot
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner
+from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "tf-threads"
 INTRA = "TF_NUM_INTRAOP_THREADS"
@@ -181,6 +181,8 @@ def _nodes(s: RankSlot, run: list[int], node_of: dict[int, int]) -> int:
 
 
 def plan(f: Facts, p: Params) -> Plan:
+    check_thread_count(ID, "intra_op", p.intra_op, len(f.ranks.topology.cpus_online))
+    check_thread_count(ID, "min_inter_op", p.min_inter_op, len(f.ranks.topology.cpus_online))
     sized, notes, error = threads(f, p)
     if error:
         return Plan(ID, notes=[f"nothing planned: {error}", *notes])
