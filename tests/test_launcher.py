@@ -475,7 +475,12 @@ def test_cpus_the_cgroup_forbids_exit_64_naming_cpus_and_cgroup(
         ({"launcher": {"cpu_dma_latency_us": -5}}, "is not a number of microseconds"),
         ({"tf_data": [1]}, "tf_data is not an object"),
         ({"ranks": [{"cpus": [0], "numa_node": 63}]}, "NUMA node(s) 63 are not online here"),
+        # Limits (nodeagent.limits): a profile is a few KiB of shallow JSON.
+        ('{"env": {"PAD": "' + "x" * (2 << 20) + '"}}', "larger than 1 MiB (limit NODEAGENT_MAX_INPUT_MIB)"),
+        ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels (limit NODEAGENT_MAX_DEPTH)"),
     ],
+    # A short id: pytest puts it in PYTEST_CURRENT_TEST, which the job inherits (a 2 MiB id is E2BIG).
+    ids=lambda v: v if not isinstance(v, str) or len(v) < 60 else f"{v[:20]}...({len(v)} chars)",
 )
 def test_corrupt_profiles_exit_64_with_one_line(state: Path, child: Path, doc: Any, message: str) -> None:
     write_profile(state, doc)
