@@ -305,3 +305,57 @@ def test_a_hostile_node_is_a_fail_and_memory_stays_bounded(
     peak_mib = result["peak_kib"] / 1024
     print(f"controller peak RSS with a {kind} node: {peak_mib:.0f} MiB")
     assert peak_mib < 500
+
+
+# --- The SSH reading loop's caps, on a channel that never stops talking -------------------------
+
+
+class _EndlessChannel:
+    """Stands in for paramiko's Channel: `stream` ("stdout" or "stderr") never runs dry."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.closed = False
+
+    def settimeout(self, _: float) -> None: ...
+
+    def exec_command(self, _: str) -> None: ...
+
+    def recv_stderr_ready(self) -> bool:
+        return self.stream == "stderr"
+
+    def recv_stderr(self, n: int) -> bytes:
+        return b"e" * n
+
+    def recv(self, n: int) -> bytes:
+        return b"o" * n
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Transport:
+    def __init__(self, chan: _EndlessChannel) -> None:
+        self.chan = chan
+
+    def is_active(self) -> bool:
+        return True
+
+    def open_session(self, timeout: float) -> _EndlessChannel:
+        return self.chan
+
+
+@pytest.mark.parametrize(
+    ("stream", "variable"), [("stdout", "NODEAGENT_MAX_STDOUT_MIB"), ("stderr", "NODEAGENT_MAX_STDERR_MIB")]
+)
+def test_a_node_that_never_stops_writing_is_cut_at_the_cap(stream: str, variable: str) -> None:
+    from types import SimpleNamespace
+
+    from nodeagent.cluster import ssh
+
+    chan = _EndlessChannel(stream)
+    conn = SimpleNamespace(client=SimpleNamespace(get_transport=lambda: _Transport(chan)))
+    with pytest.raises(ssh.HostError) as e:
+        ssh.run(conn, "yes", timeout=30, max_stdout=1 << 20, max_stderr=1 << 20)
+    assert e.value.message.startswith(f"{stream} output larger than 1 MiB (limit {variable})")
+    assert chan.closed
