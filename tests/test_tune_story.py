@@ -622,6 +622,15 @@ def test_two_rank_counts_are_refused(capsys: pytest.CaptureFixture[str], args: t
     assert e.value.code == 64 and "disagree" in line and "give" in line
 
 
+def test_a_rank_count_beyond_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from nodeagent.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["tune", "--root", str(VM), "--only", "numa-pinning", "--ranks", "1000000"])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert e.value.code == 64 and "'--ranks': 1000000 is not in the range 1<=x<=4096" in line
+
+
 def test_ranks_without_a_per_rank_tuner_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from nodeagent.cli import main
 
