@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations.
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck
 
-.PHONY: run test lint typecheck perf fixtures system-packages clean
+.PHONY: run test test-fast lint typecheck perf fixtures system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ typecheck: $(VENV)/.installed-test
 
 test: system-packages $(VENV)/.installed-test lint typecheck
 	$(BIN)/pytest -q
+
+# The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite),
+# stopping at the first failure; no lint, no typecheck. `make test` still runs everything.
+test-fast: $(VENV)/.installed-test
+	$(BIN)/pytest -q -x -m "not slow"
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.

@@ -24,6 +24,9 @@ import pytest
 from nodeagent.bench import run, stats
 from nodeagent.bench.run import FAILED, OK, SKIPPED
 
+# Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 FAKE_WORKER = r'''"""A stand-in for `python -m nodeagent.bench.worker` that speaks its contract
 (argv, `progress` lines on stderr, one JSON line last on stdout) with synthetic numbers and no
 TensorFlow, so the orchestration (nodeagent.bench.run, .verify) is tested in a second.

@@ -21,6 +21,9 @@ from nodeagent.finding import Finding, Status
 from tests import sshcluster
 from tests.sshcluster import ClusterFactory
 
+# Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 # The fixture, made visible to pytest in this module (tests/ has no conftest.py).
 ssh_cluster_factory = sshcluster.ssh_cluster_factory
 

@@ -45,6 +45,9 @@ from hypothesis import strategies as st
 
 from tests.fuzzing import GARBAGE
 
+# Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 VM = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 EXITS = {0, 1, 2, 3, 64}

@@ -261,6 +261,7 @@ CONTROLLER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # real sshd in a network namespace
 @pytest.mark.parametrize("kind", ["endless", "bomb"])
 def test_a_hostile_node_is_a_fail_and_memory_stays_bounded(
     ssh_cluster_factory: ClusterFactory, tmp_path: Path, kind: str

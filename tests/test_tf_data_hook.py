@@ -17,6 +17,9 @@ import pytest
 from nodeagent import launcher
 from nodeagent.tuners import tf_data
 
+# Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 HOOKS = str(launcher.HOOKS_DIR)
 ENV = launcher.TF_DATA_ENV
 needs_tf = pytest.mark.skipif(

@@ -27,6 +27,9 @@ from nodeagent.host import LocalHost
 from nodeagent.tuners import tf_threads
 from tests.test_bench_run import logged, make_profile, use_fake_worker
 
+# Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 HARMFUL = "tf-threads.intra_op=1"
 HARMFUL_ARGS = (
     "--only",
