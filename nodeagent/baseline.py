@@ -102,6 +102,8 @@ class Reference:
     expected: dict[str, Expected]
     unsettled: frozenset[str] = frozenset()  # no strict majority, or on one host of a fleet only
     checks: frozenset[str] = frozenset()
+    # The devices of the expected values (_devices), found once: every host is compared with them.
+    devices: Mapping[tuple[str, str], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -267,7 +269,9 @@ def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
     checks = frozenset(c for values in clean.values() for c in _checks_in(values))
     if len(clean) == 1:
         (only,) = clean.values()
-        return Reference({k: Expected(v, 1, 1) for k, v in only.items()}, checks=checks)
+        return Reference(
+            {k: Expected(v, 1, 1) for k, v in only.items()}, checks=checks, devices=_devices(only)
+        )
     total = len(clean)
     seen: dict[str, int] = {}
     for values in clean.values():
@@ -291,7 +295,8 @@ def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
             expected[key] = Expected(d.majority, d.majority_hosts, total)
         else:
             unsettled.add(key)
-    return Reference(expected, frozenset(unsettled), checks)
+    devices = _devices({k: e.value for k, e in expected.items()})
+    return Reference(expected, frozenset(unsettled), checks, devices)
 
 
 # --- Comparing -------------------------------------------------------------------------------------
@@ -306,7 +311,7 @@ def compare(
     ref = baseline.reference
     now = comparable(values)
     both = ref.checks & _checks_in(now)
-    changes = _device_changes({k: e.value for k, e in ref.expected.items()}, now)
+    changes = _device_changes(ref.devices, _devices(now))
     findings = [_device_finding(c, devices, baseline, host) for c in changes]
     moved = _moved_links(ref.expected, now)
     for then, key in moved.items():
@@ -398,8 +403,9 @@ def _devices(values: Mapping[str, Value]) -> dict[tuple[str, str], str]:
     return out
 
 
-def _device_changes(then: Mapping[str, Value], now: Mapping[str, Value]) -> list[DeviceChange]:
-    before, after = _devices(then), _devices(now)
+def _device_changes(
+    before: Mapping[tuple[str, str], str], after: Mapping[tuple[str, str], str]
+) -> list[DeviceChange]:
     return [
         DeviceChange(_DEVICE_SECTIONS[section], name, gone, detail, section)
         for gone, (a, b) in ((True, (before, after)), (False, (after, before)))

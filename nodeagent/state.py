@@ -73,7 +73,7 @@ EX_IOERR = 74  # sysexits.h: an I/O error (the state disk is full or failing)
 # An apply refuses to start with less free space than this in the state folder: a journal and a
 # profile are a few KiB each, so this leaves them ample room and leaves the disk's last MiB alone.
 MIN_FREE_BYTES = 1 << 20
-# The temporary files of write_atomic (".NAME.XXXXXXXX", mkstemp's 8 random characters) that a
+# The temporary files of write_atomic (".NAME." and mkstemp's 8 random characters) that a
 # killed save leaves behind; removed by the next apply or revert, under the lock.
 _TEMP = re.compile(r"^\.(?:[^/]+\.json|sequence)\.[a-z0-9_]{8}$")
 
