@@ -232,12 +232,9 @@ def _judge_key(t: Threshold, key: str, value: Value, host: str, values: Mapping[
 def _absent(t: Threshold, key: str, values: Mapping[str, Value], host: str) -> Finding:
     evidence = {key: "(absent)"}
     check_id = _check_of(key)
-    if t.when_missing == "skip" or (check_id is not None and not _ran(check_id, values)):
-        why = (
-            "not present on this node"
-            if check_id is None or _ran(check_id, values)
-            else (f"check {check_id} did not run")
-        )
+    ran = check_id is None or _ran(check_id, values)
+    if t.when_missing == "skip" or not ran:
+        why = "not present on this node" if ran else f"check {check_id} did not run"
         return _finding(t, Status.SKIPPED, f"{key}: {why}", evidence, key, host)
     if check_id is not None:
         summary = f"{key}: not reported by check {check_id}, so {t.expected} cannot be judged"
