@@ -17,19 +17,16 @@ from typing import Any
 
 from rich.text import Text
 
+from nodeagent.render.outputs import escape_char
+
 # C0 controls but tab and newline, DEL and the C1 controls (a terminal takes 0x9b as CSI), lone
 # surrogates, the bidirectional embeddings/overrides/isolates, and the two XML non-characters.
 _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
 
 
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
 def shown(value: Any) -> str:
     """`value` as text with control characters made visible (`\\x1b`, `\\u202e`)."""
-    return _UNSAFE.sub(_escape, value if isinstance(value, str) else str(value))
+    return _UNSAFE.sub(escape_char, value if isinstance(value, str) else str(value))
 
 
 def lit(value: Any, style: str = "", **options: Any) -> Text:

@@ -382,9 +382,11 @@ _NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010fff
 def xml_safe(text: str) -> str:
     """`text` with characters XML 1.0 cannot carry shown as `\\xNN` (`\\uNNNN`), so evidence such as
     a terminal escape stays visible instead of breaking the file."""
-    return _NOT_XML_CHAR.sub(_escape_char, text)
+    return _NOT_XML_CHAR.sub(escape_char, text)
 
 
-def _escape_char(m: re.Match[str]) -> str:
+def escape_char(m: re.Match[str]) -> str:
+    """One matched character as `\\xNN` (`\\uNNNN` above 0xff): how every renderer shows a
+    character it must not emit."""
     code = ord(m.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

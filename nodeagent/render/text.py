@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.render.literal import shown
 from nodeagent.render.outputs import (
     HostRun,
     attention,
@@ -23,7 +24,6 @@ from nodeagent.render.outputs import (
     label,
     number,
     status_of,
-    xml_safe,
 )
 
 WIDTH = len(max((s.value for s in Status), key=len))  # "UNKNOWN": the status column's width
@@ -94,4 +94,4 @@ def verdict_line(doc: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
 def one_line(text: str) -> str:
     """`text` on one line, with control characters (a terminal escape in a value read from the node)
     shown as `\\xNN` rather than sent to the reader's terminal."""
-    return xml_safe(" ".join(text.split("\n")).replace("\r", " ").replace("\t", " ")).strip()
+    return shown(" ".join(text.split("\n")).replace("\r", " ").replace("\t", " ")).strip()
