@@ -10,8 +10,8 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from nodeagent.check import Check
-from nodeagent.errors import UsageError
+from nodeagent.api.check import Check
+from nodeagent.core.errors import UsageError
 
 # Order is the order of reports: the node's foundations first, then devices, then the job's view.
 BUILTIN = (

@@ -16,12 +16,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status, unparsable
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cpufreq, system
 from nodeagent.facts.reader import Reader
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
 
 ID = "cstates"
 CPU_DIR = "/sys/devices/system/cpu"

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import Check, NoParams
+from nodeagent.api.check import Check, NoParams
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import dcgm
 from nodeagent.facts.dcgm import DiagResult, DiagRun
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
 
 ID = "dcgm-diag"

@@ -30,10 +30,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import gpus, nvidia_smi, nvml, pci
 from nodeagent.facts.nvml import REASON_LABELS, GpuHealth, GpuReport, MigInstance
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
 ID = "gpu"

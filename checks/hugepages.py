@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import memory, topology
 from nodeagent.facts.memory import HUGE_DIR, NODE_DIR, THP_DIR, HugePagePool
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
 ID = "hugepages"

@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent import parse
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core import parse
+from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import limits as limits_facts
 from nodeagent.facts import network, system
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.reader import Reader
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
 ID = "kernel"

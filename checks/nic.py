@@ -16,12 +16,12 @@ import fnmatch
 import re
 from dataclasses import dataclass, field, replace
 
-from nodeagent import parse
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core import parse
+from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import gpus, network, pci, topology
 from nodeagent.facts.gpus import Gpu
 from nodeagent.facts.network import ARPHRD_INFINIBAND, NET_DIR, Nic, RdmaPort
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
 ID = "nic"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status, unparsable
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import system, topology
 from nodeagent.facts.topology import CPU_DIR, NODE_DIR, Topology
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
 
 ID = "numa"
 NUMA_BALANCING = "kernel.numa_balancing"

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
 from nodeagent.checks import gpu
+from nodeagent.core.finding import Finding, Status
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import gpus, nvidia_smi, nvml
 from nodeagent.facts.nvml import GpuHealth, GpuReport
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
 
 ID = "nvlink"
 TOPO = " ".join(TOPO_COMMAND)

@@ -27,12 +27,12 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from nodeagent import parse
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core import parse
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import gpus, network, nvidia_smi, nvml, pci, system
 from nodeagent.facts.nvml import GpuHealth, GpuReport, PcieLink
 from nodeagent.facts.pci import PCI_DIR, PciDevice
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
 
 ID = "pcie"

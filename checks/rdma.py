@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import limits, network
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.network import IB_DIR, RdmaPort
-from nodeagent.finding import Finding, Status, unparsable
 from nodeagent.host import Host
 
 ID = "rdma"

@@ -14,14 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent import parse
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core import parse
+from nodeagent.core.finding import Finding, Status
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cgroup, limits, topology
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.topology import Topology
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
 
 ID = "threads"
 OMP = "OMP_NUM_THREADS"

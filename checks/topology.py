@@ -17,16 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cgroup, gpus, pci, pci_topology
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.pci import PCI_DIR
 from nodeagent.facts.pci_topology import LEVELS, PciTopology, rank
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
 
 ID = "topology"
 SMI = " ".join(TOPO_COMMAND)

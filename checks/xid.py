@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import Check, param
+from nodeagent.api.check import Check, param
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import kmsg, pci
 from nodeagent.facts.kmsg import KernelLog, Record, XidEvent
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
 
 ID = "xid"

@@ -1,3 +1,3 @@
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 main()

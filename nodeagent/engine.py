@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nodeagent import pool
-from nodeagent.check import Check
-from nodeagent.finding import Finding, Status, worst
+from nodeagent.api.check import Check
+from nodeagent.core import pool
+from nodeagent.core.finding import Finding, Status, worst
 from nodeagent.host import Host
 
 DEFAULT_TIMEOUT_S = 20.0
@@ -132,7 +132,7 @@ def run(
 
     `params` maps a check id to its parameter object (see Check.make_params); missing ids get
     defaults. A check that raises yields one UNKNOWN finding with the error. A check still running
-    `timeout_s` after it started yields UNKNOWN and is abandoned (nodeagent.pool: daemon workers,
+    `timeout_s` after it started yields UNKNOWN and is abandoned (nodeagent.core.pool: daemon workers,
     a fresh one replacing the stuck one). Facts shared by several checks are collected once
     (Host.memo).
     """

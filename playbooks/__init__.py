@@ -1,4 +1,4 @@
-"""The shipped playbooks (`*.yml`, package data), read by nodeagent.playbook with importlib.resources.
+"""The shipped playbooks (`*.yml`, package data), read by nodeagent.gate.playbook with importlib.resources.
 
 A package rather than a bare folder so that the editable install finds it as `nodeagent.playbooks`
 (setuptools' editable finder maps a package-dir entry only when it has an __init__.py).

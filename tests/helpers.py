@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from nodeagent.finding import Finding
+from nodeagent.core.finding import Finding
 from nodeagent.host import SnapshotHost
 
 REPO = Path(__file__).resolve().parent.parent

@@ -33,15 +33,15 @@ from typing import Any
 
 import pytest
 
-from nodeagent import apply, journal, profile
+from nodeagent.api.tune import Plan, Tuner
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks import hugepages as hugepages_check
 from nodeagent.checks import numa as numa_check
-from nodeagent.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status
 from nodeagent.host import LocalHost
 from nodeagent.host.tree import FILE, LiveTree
-from nodeagent.tune import Plan, Tuner
 from nodeagent.tuners import c_states, cpu_governor, hugepages, numa_balancing, thp
+from nodeagent.tuning import apply, journal, profile
 from tests.helpers import make_tree, one_finding
 
 CPU = "/sys/devices/system/cpu"

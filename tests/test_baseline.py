@@ -1,4 +1,4 @@
-"""Baselines (nodeagent.baseline): saved from recorded trees, compared with the same tree, a modified
+"""Baselines (nodeagent.gate.baseline): saved from recorded trees, compared with the same tree, a modified
 copy of it, and a fleet of copies where the majority decides; corrupt files are one-line errors."""
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from nodeagent import baseline, checks, engine
+from nodeagent import checks, engine
 from nodeagent.cluster import fleet
 from nodeagent.cluster.fleet import Value
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
-from nodeagent.finding import Finding, Status
+from nodeagent.gate import baseline
 from nodeagent.host import SnapshotHost
 from tests.helpers import SYSFS_FIXTURES
 

@@ -200,7 +200,7 @@ def test_tuned_goes_through_the_exec_launcher() -> None:
 
 
 def test_clean_env_gives_tensorflow_defaults() -> None:
-    from nodeagent.launcher import HOOKS_DIR
+    from nodeagent.tuning.launcher import HOOKS_DIR
 
     env = run.clean_env(
         {
@@ -408,7 +408,7 @@ def test_a_failed_worker_fails_its_config_only(fake: Path, monkeypatch: pytest.M
 def test_cli_bench_json_and_exit_code(
     fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["bench", "--quick", "--profile", "absent", "--format", "json"])
@@ -430,7 +430,7 @@ def test_cli_without_tensorflow_says_how_to_install(
 ) -> None:
     from importlib import util
 
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     real = util.find_spec
     monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "tensorflow" else real(name, *a))

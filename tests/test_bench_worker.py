@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent import launcher
 from nodeagent.bench import CONFIGS, TRAINING_CONFIGS, data, pipeline
+from nodeagent.tuning import launcher
 
 pytestmark = [
     pytest.mark.slow,

@@ -10,7 +10,7 @@ import pytest
 
 from nodeagent.checks import cstates
 from nodeagent.checks.cstates import CPU_DIR, CPUFREQ_DIR, CPUIDLE_DIR, Facts, FreqPolicy, IdleState, Params
-from nodeagent.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status
 from nodeagent.host import LocalHost
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from nodeagent.check import NoParams
+from nodeagent.api.check import NoParams
 from nodeagent.checks import dcgm_diag
+from nodeagent.core.finding import Status
 from nodeagent.facts import dcgm
-from nodeagent.finding import Status
 from nodeagent.host import CmdResult, LocalHost
 from tests.helpers import FIXTURES, make_tree
 

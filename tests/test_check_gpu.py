@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent.checks import gpu, nvlink
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import nvidia_smi, nvml
 from nodeagent.facts.nvml import GpuHealth, GpuReport
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host, LocalHost
 from tests import fake_nvml as fake
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree

@@ -9,8 +9,8 @@ import pytest
 
 from nodeagent.checks import hugepages
 from nodeagent.checks.hugepages import Facts, Params
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.memory import HugePagePool, Memory
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 

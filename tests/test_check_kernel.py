@@ -9,8 +9,8 @@ import pytest
 
 from nodeagent.checks import kernel
 from nodeagent.checks.kernel import Disk, Facts, Params
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.limits import UNLIMITED, Limit
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 

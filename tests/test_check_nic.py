@@ -10,9 +10,9 @@ import pytest
 
 from nodeagent.checks import nic
 from nodeagent.checks.nic import Facts, Params
+from nodeagent.core.finding import Status
 from nodeagent.facts.gpus import Gpu
 from nodeagent.facts.network import Nic, RdmaPort
-from nodeagent.finding import Status
 from nodeagent.host import LocalHost, SnapshotHost
 from tests import corpus
 from tests.helpers import FIXTURE_TREES, findings_about, fixture_host, make_tree, one_finding

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.checks import numa
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.topology import NumaNode, Topology
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from nodeagent.checks import nvlink
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import nvidia_smi, nvml
 from nodeagent.facts.nvml import GpuHealth, GpuReport, NvLink
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host, LocalHost
 from tests import fake_nvml as fake
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree

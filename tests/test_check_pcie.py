@@ -9,8 +9,8 @@ import pytest
 
 from nodeagent.checks import pcie
 from nodeagent.checks.pcie import Acs, acs_from_config
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.pci import PciDevice
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost, SnapshotHost
 from tests import corpus
 from tests import fake_nvml as fake

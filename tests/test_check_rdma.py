@@ -9,10 +9,10 @@ import pytest
 
 from nodeagent.checks import rdma
 from nodeagent.checks.rdma import Facts, Params
+from nodeagent.core.finding import Status
 from nodeagent.facts import network
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.network import RdmaPort
-from nodeagent.finding import Status
 from nodeagent.host import LocalHost, SnapshotHost
 from tests import corpus
 from tests.helpers import FIXTURE_TREES, findings_about, fixture_host, make_tree, one_finding

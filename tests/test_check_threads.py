@@ -10,9 +10,9 @@ import pytest
 
 from nodeagent.checks import threads
 from nodeagent.checks.threads import Facts, Params, Proc, pool_size
+from nodeagent.core.finding import Status
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.topology import NumaNode, Topology
-from nodeagent.finding import Status
 from nodeagent.host import LocalHost, SnapshotHost
 from tests.helpers import FIXTURE_TREES, findings_about, fixture_host, make_tree, one_finding
 
@@ -444,7 +444,7 @@ def test_local_host() -> None:
 
 
 def test_snapshot_of_this_machine_reads_back_the_same_budget(tmp_path: Path) -> None:
-    from nodeagent.snapshot import snapshot
+    from nodeagent.host.recorder import snapshot
 
     archive = tmp_path / "node.tar.gz"
     snapshot(LocalHost(), threads.CHECK.paths, threads.CHECK.commands, archive)

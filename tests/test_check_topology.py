@@ -8,11 +8,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.check import Check
+from nodeagent.api.check import Check
 from nodeagent.checks import pcie, topology
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.pci_topology import Endpoint, PciTopology
 from nodeagent.facts.topo_matrix import parse_topo
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost, SnapshotHost
 from tests.fuzzing import FuzzHost, files_matching
 from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, nvidia_smi_text, pci_tree

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nodeagent import checks, snapshot
-from nodeagent.check import declared_commands, declared_paths
+from nodeagent import checks
+from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.checks import xid
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import dcgm, kmsg
-from nodeagent.finding import Finding, Status
-from nodeagent.host import LocalHost, SnapshotHost
+from nodeagent.host import LocalHost, SnapshotHost, recorder
 from tests.helpers import FIXTURES, make_tree
 
 KMSG_FIXTURES = FIXTURES / "kmsg"
@@ -385,7 +385,7 @@ def test_live_dmesg_reads_the_records_of_dev_kmsg() -> None:
 def test_snapshot_records_the_kernel_log(tmp_path: Path) -> None:
     out = tmp_path / "xid.tar.gz"
     selected = [xid.CHECK]
-    snapshot.snapshot(LocalHost(), declared_paths(selected), declared_commands(selected), out)
+    recorder.snapshot(LocalHost(), declared_paths(selected), declared_commands(selected), out)
     live, host = LocalHost(), SnapshotHost(out)
     replay = host.run(kmsg.COMMAND)
     assert replay.ok == live.run(kmsg.COMMAND).ok
@@ -410,7 +410,7 @@ def test_fleet_comparison_leaves_out_what_the_log_covers() -> None:
 
 
 def test_cli_snapshot_records_dmesg_and_never_the_dcgm_diagnostic(tmp_path: Path) -> None:
-    from nodeagent.cli import cli
+    from nodeagent.cli.main import cli
 
     out = tmp_path / "node.tar.gz"
     result = CliRunner().invoke(cli, ["snapshot", "-o", str(out), "--only", "xid"])

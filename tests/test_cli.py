@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.snapshot import _filter_environ, _redact_cmdline
+from nodeagent.host.recorder import _filter_environ, _redact_cmdline
 from tests.helpers import SYSFS_FIXTURES, modules_loaded_by
 
 EXE = [sys.executable, "-m", "nodeagent"]
@@ -129,7 +129,7 @@ def test_snapshot_to_unwritable_place_exits_64() -> None:
 
 def test_check_imports_neither_tensorflow_nor_pynvml() -> None:
     code = (
-        "import contextlib, io\nfrom nodeagent.cli import main\n"
+        "import contextlib, io\nfrom nodeagent.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    try:\n        main(['check', '--format', 'json'])\n    except SystemExit:\n        pass"
     )

@@ -1,4 +1,4 @@
-"""Inter-node bandwidth (nodeagent.cluster.bandwidth): plans, the pure evaluation on hand-made links,
+"""Inter-node bandwidth (nodeagent.cluster.bandwidth.measure): plans, the pure evaluation on hand-made links,
 the tools' output parsers, and real measurements between network namespaces over SSH."""
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from nodeagent.cluster import bandwidth, bandwidth_tools, ssh
-from nodeagent.cluster.bandwidth import Link, Params, evaluate, plan_links
-from nodeagent.cluster.bandwidth_plan import schedule
-from nodeagent.cluster.inventory import HostSpec, load_inventory
-from nodeagent.errors import UsageError
-from nodeagent.finding import Finding, Status
+from nodeagent.cluster import ssh
+from nodeagent.cluster.bandwidth import measure, tools
+from nodeagent.cluster.bandwidth.measure import Link, Params, evaluate, plan_links
+from nodeagent.cluster.bandwidth.plan import schedule
+from nodeagent.cluster.inventory.load import HostSpec, load_inventory
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from tests import sshcluster
 from tests.sshcluster import ClusterFactory
 
@@ -242,12 +243,12 @@ def test_no_links_is_skipped() -> None:
 # --- the report ----------------------------------------------------------------------------------------
 
 
-def slow_h3_report() -> bandwidth.BandwidthReport:
+def slow_h3_report() -> measure.BandwidthReport:
     gbits = list(FAST)
     gbits[1], gbits[2] = 0.91, 0.87
     links = ring(RING6, gbits)
     links[4] = Link("h5", "h6", "iperf3", None, None, "h6: unreachable: no answer from 10.0.0.6:22 within 3s")
-    return bandwidth.BandwidthReport(links, evaluate(links, Params()))
+    return measure.BandwidthReport(links, evaluate(links, Params()))
 
 
 def test_report_status_and_json() -> None:
@@ -264,7 +265,7 @@ def test_report_status_and_json() -> None:
         "error": None,
     }
     assert {f["subject"] for f in doc["bandwidth"]["findings"]} == {"h3", "h5 -> h6"}
-    assert bandwidth.BandwidthReport([], []).status() is Status.SKIPPED
+    assert measure.BandwidthReport([], []).status() is Status.SKIPPED
 
 
 def test_render_reads_at_80_columns_without_colour() -> None:
@@ -284,7 +285,7 @@ def test_render_reads_at_80_columns_without_colour() -> None:
 
 def test_iperf3_json_and_its_error_field() -> None:
     end = {"sum_sent": {"bits_per_second": 9.5e9}, "sum_received": {"bits_per_second": 9.41e9}}
-    value, error = bandwidth_tools.parse_iperf3(json.dumps({"start": {}, "intervals": [], "end": end}))
+    value, error = tools.parse_iperf3(json.dumps({"start": {}, "intervals": [], "end": end}))
     assert value == pytest.approx(9.41) and error is None
     refused = {
         "start": {},
@@ -292,11 +293,11 @@ def test_iperf3_json_and_its_error_field() -> None:
         "end": {},
         "error": "unable to connect to server: Connection refused",
     }
-    assert bandwidth_tools.parse_iperf3(json.dumps(refused)) == (
+    assert tools.parse_iperf3(json.dumps(refused)) == (
         None,
         "iperf3: unable to connect to server: Connection refused",
     )
-    value, error = bandwidth_tools.parse_iperf3("iperf3: error - unable to send control message\n")
+    value, error = tools.parse_iperf3("iperf3: error - unable to send control message\n")
     assert value is None and error is not None and "no JSON" in error
 
 
@@ -314,11 +315,11 @@ Conflicting CPU frequency values detected: 1500.000000 != 3300.016000. CPU Frequ
 
 
 def test_ib_write_bw_average_column() -> None:
-    assert bandwidth_tools.parse_ib_write_bw(IB_WRITE_BW_OUTPUT) == (98.02, None)
+    assert tools.parse_ib_write_bw(IB_WRITE_BW_OUTPUT) == (98.02, None)
     megabytes = IB_WRITE_BW_OUTPUT.replace("[Gb/sec]", "[MB/sec]")
-    value, error = bandwidth_tools.parse_ib_write_bw(megabytes)
+    value, error = tools.parse_ib_write_bw(megabytes)
     assert value is None and error is not None and "Gb/sec" in error
-    value, error = bandwidth_tools.parse_ib_write_bw(" Couldn't connect to 10.0.0.2:18515\n")
+    value, error = tools.parse_ib_write_bw(" Couldn't connect to 10.0.0.2:18515\n")
     assert value is None and error is not None
 
 
@@ -328,23 +329,23 @@ def test_ping_rtt_average_and_loss() -> None:
         "5 packets transmitted, 5 received, 0% packet loss, time 813ms\n"
         "rtt min/avg/max/mdev = 0.031/0.046/0.061/0.011 ms\n"
     )
-    assert bandwidth_tools.parse_ping(iputils) == (0.046, None)
+    assert tools.parse_ping(iputils) == (0.046, None)
     busybox = (
         "--- 10.0.0.2 ping statistics ---\n5 packets transmitted, 3 packets received, 40% packet loss\n"
         "round-trip min/avg/max = 0.1/0.2/0.3 ms\n"
     )
-    assert bandwidth_tools.parse_ping(busybox) == (0.2, "ping lost 2 of 5 packets")
+    assert tools.parse_ping(busybox) == (0.2, "ping lost 2 of 5 packets")
     silent = "--- 10.0.0.9 ping statistics ---\n5 packets transmitted, 0 received, 100% packet loss\n"
-    assert bandwidth_tools.parse_ping(silent) == (None, "ping lost 5 of 5 packets")
+    assert tools.parse_ping(silent) == (None, "ping lost 5 of 5 packets")
 
 
 def test_the_data_address_is_preferred_and_checked() -> None:
     spec = HostSpec("h1", "mgmt-h1", vars={"data_address": "10.10.0.1"})
-    assert bandwidth.data_address(spec, "hosts.yml") == "10.10.0.1"
-    assert bandwidth.data_address(HostSpec("h2", "mgmt-h2"), "hosts.yml") == "mgmt-h2"
+    assert measure.data_address(spec, "hosts.yml") == "10.10.0.1"
+    assert measure.data_address(HostSpec("h2", "mgmt-h2"), "hosts.yml") == "mgmt-h2"
     bad = HostSpec("h3", "mgmt-h3", vars={"data_address": "10.0.0.3; reboot"})
     with pytest.raises(UsageError, match=r"hosts.yml: host h3: vars.data_address '10.0.0.3; reboot'"):
-        bandwidth.data_address(bad, "hosts.yml")
+        measure.data_address(bad, "hosts.yml")
 
 
 # --- real measurements over SSH between network namespaces ---------------------------------------------
@@ -352,10 +353,10 @@ def test_the_data_address_is_preferred_and_checked() -> None:
 
 def measure_cluster(
     cluster: sshcluster.SSHCluster, tmp_path: Path, params: Params
-) -> bandwidth.BandwidthReport:
+) -> measure.BandwidthReport:
     inv = load_inventory(cluster.write_inventory(tmp_path / "hosts.yml"))
     keys = ssh.HostKeys.default(inv.known_hosts, accept_new=False)
-    return bandwidth.measure(inv, keys, params)
+    return measure.measure(inv, keys, params)
 
 
 def gbits(link: Link) -> float:
@@ -363,7 +364,7 @@ def gbits(link: Link) -> float:
     return link.gbits_per_s
 
 
-def by_label(report: bandwidth.BandwidthReport) -> dict[str, Link]:
+def by_label(report: measure.BandwidthReport) -> dict[str, Link]:
     return {link.label: link for link in report.links}
 
 

@@ -31,7 +31,7 @@ from nodeagent.cluster.fleet import (
     parse_number,
     render_table,
 )
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.facts import node
 from tests.helpers import fixture_host
 
@@ -364,7 +364,7 @@ def test_lists_are_keyed_by_identity() -> None:
         "matrix[0]": "1,2",
         "matrix[1]": "3,4",
         "notes": "a,b",
-        # Counted from the lists above (nodeagent.hardware): 1 GPU, 1 HCA with 2 ports, 1 ACTIVE.
+        # Counted from the lists above (nodeagent.gate.hardware): 1 GPU, 1 HCA with 2 ports, 1 ACTIVE.
         "hardware.gpus": 1,
         "hardware.gpu_models[NVIDIA]": 1,
         "hardware.rdma_hcas": 1,
@@ -608,7 +608,7 @@ def test_to_dict_is_json(recorded: Recorded) -> None:
 def test_a_host_short_of_the_fleets_hardware_is_flagged_at_the_playbooks_level() -> None:
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
-    from nodeagent.finding import Status
+    from nodeagent.core.finding import Status
 
     def outcome(name: str, gpus: int, active: int) -> HostOutcome:
         facts = {

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.cluster.hostnames import is_host
-from nodeagent.cluster.inventory import (
+from nodeagent.cluster.inventory.hostnames import is_host
+from nodeagent.cluster.inventory.load import (
     HostSpec,
     Inventory,
     expand_hostlist,
     from_hostlist,
     load_inventory,
 )
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 
 
 def write(tmp_path: Path, text: str, name: str = "hosts.yml") -> Path:

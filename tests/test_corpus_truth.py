@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from nodeagent import checks, engine, parse
+from nodeagent import checks, engine
+from nodeagent.core import parse
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import Report
 from nodeagent.facts import gpus, network, node, nvml, ranks, system, topology
-from nodeagent.finding import Finding, Status
 from nodeagent.host import SnapshotHost
 from tests import corpus
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import pytest
 
 from nodeagent import engine
-from nodeagent.check import Check, NoParams
-from nodeagent.errors import UsageError
-from nodeagent.finding import Finding, Status, worst
+from nodeagent.api.check import Check, NoParams
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status, worst
 from nodeagent.host import Host, LocalHost
 
 

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent import checks, snapshot
-from nodeagent.check import declared_paths
-from nodeagent.finding import Finding, Status
-from nodeagent.host import LocalHost, SnapshotHost
+from nodeagent import checks
+from nodeagent.api.check import declared_paths
+from nodeagent.core.finding import Finding, Status
+from nodeagent.host import LocalHost, SnapshotHost, recorder
 from tests.fuzzing import GARBAGE, FuzzHost, files_matching
 from tests.helpers import fixture_host
 
@@ -38,7 +38,7 @@ def local_snapshot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Snapsho
     """This machine recorded the way `nodeagent snapshot` does, as one more base to corrupt."""
     out = tmp_path_factory.mktemp("snap") / "local.tar.gz"
     selected = checks.all_checks()
-    snapshot.snapshot(LocalHost(), declared_paths(selected), [], out)
+    recorder.snapshot(LocalHost(), declared_paths(selected), [], out)
     yield SnapshotHost(out)
 
 

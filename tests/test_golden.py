@@ -78,7 +78,7 @@ def _root(name: str, tmp: Path) -> str:
 
 
 def _run(argv: list[str]) -> Any:
-    from nodeagent.cli import cli
+    from nodeagent.cli.main import cli
 
     result = CliRunner().invoke(cli, argv, catch_exceptions=False)
     assert result.exit_code in (0, 1, 2, 3), result.output
@@ -111,7 +111,8 @@ def fake_fleet(trees: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     """An inventory of FLEET whose SSH transport answers each pull with that machine's recording."""
     from nodeagent.cluster import ssh
     from nodeagent.host import open_host
-    from nodeagent.snapshot import encode, metadata, record
+    from nodeagent.host.local import TreeHost
+    from nodeagent.host.recorder import encode, metadata, record
 
     class Conn:
         def __init__(self, name: str) -> None:
@@ -130,6 +131,7 @@ def fake_fleet(trees: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         spec = json.loads(zlib.decompress(stdin or b""))["spec"]
         patterns, commands = spec["patterns"], [tuple(c) for c in spec["commands"]]
         with open_host(_root(FLEET[conn.name], trees)) as host:
+            assert isinstance(host, TreeHost)
             rec = record(host, patterns, commands)
             meta = metadata(host, patterns, commands, "")
         return ssh.Output(encode(rec, meta), b"", 0)

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from nodeagent.checks import gpu
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import nvidia_smi, nvml
 from nodeagent.facts.nvml import GpuReport
-from nodeagent.finding import Finding, Status
 from nodeagent.host import LocalHost
 from tests import fake_nvml as fake
 from tests.helpers import FIXTURES, make_tree

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from nodeagent.checks import xid
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import kmsg
-from nodeagent.finding import Finding, Status
 
 LOG = Path(__file__).parent / "fixtures" / "kmsg" / "pci-enumeration-dgx-h100-guest-lkml" / "kernel.log"
 H100 = "0000:06:00.0"

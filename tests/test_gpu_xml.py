@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent.checks import gpu, topology
+from nodeagent.core.finding import Status
 from nodeagent.facts import gpus, node, nvidia_smi, nvml, pci_topology
-from nodeagent.finding import Status
 from nodeagent.host import SnapshotHost
 from tests import corpus
 from tests.helpers import make_tree

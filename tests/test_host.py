@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.host import LocalHost, SnapshotHost, command_name, open_host
 from tests.helpers import fixture_host, make_tree
 

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import limits
 from nodeagent.cluster import pull
-from nodeagent.cluster.inventory import load_inventory
-from nodeagent.errors import UsageError
-from nodeagent.playbook import load_playbook
-from nodeagent.snapshot import PULL_MAGIC
+from nodeagent.cluster.inventory.load import load_inventory
+from nodeagent.core import limits
+from nodeagent.core.errors import UsageError
+from nodeagent.gate.playbook import load_playbook
+from nodeagent.host.recorder import PULL_MAGIC
 from tests import sshcluster
 from tests.sshcluster import ClusterFactory
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts.reader import Reader
 from nodeagent.host.snapshot import SnapshotHost
 

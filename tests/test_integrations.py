@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from nodeagent import integrations
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 
 SCRIPTS = [n for n in integrations.names() if n.endswith(".sh")]
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"

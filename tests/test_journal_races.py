@@ -10,7 +10,7 @@ tree (tests/test_apply_revert.py's node) with the state folder in tmp:
   and `revert --all` afterwards exits 0; a nearly full state disk refuses before the first write;
 - temporary files of killed saves are removed; as root, a world-writable state folder is refused.
 
-The command line runs in-process (`nodeagent.cli.main`), so the tests can inject the disk errors.
+The command line runs in-process (`nodeagent.cli.main.main`), so the tests can inject the disk errors.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from typing import Any
 
 import pytest
 
-from nodeagent import apply, journal, parse, profile, state
-from nodeagent.cli import main
-from nodeagent.tune import Change, Plan, Scope
+from nodeagent.api.tune import Change, Plan, Scope
+from nodeagent.cli.main import main
+from nodeagent.core import parse
 from nodeagent.tuners import thp
+from nodeagent.tuning import apply, journal, profile, state
 from tests.test_apply_revert import THP, SysfsHost, build_node
 
 ENABLED, DEFRAG = f"{THP}/enabled", f"{THP}/defrag"

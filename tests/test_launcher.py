@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent import launcher, parse
-from nodeagent.errors import UsageError
+from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
+from nodeagent.tuning import launcher
 
 EXE = [sys.executable, "-m", "nodeagent", "exec"]
 DEV = launcher.DMA_LATENCY_DEV
@@ -475,7 +476,7 @@ def test_cpus_the_cgroup_forbids_exit_64_naming_cpus_and_cgroup(
         ({"launcher": {"cpu_dma_latency_us": -5}}, "is not a number of microseconds"),
         ({"tf_data": [1]}, "tf_data is not an object"),
         ({"ranks": [{"cpus": [0], "numa_node": 63}]}, "NUMA node(s) 63 are not online here"),
-        # Limits (nodeagent.limits): a profile is a few KiB of shallow JSON.
+        # Limits (nodeagent.core.limits): a profile is a few KiB of shallow JSON.
         ('{"env": {"PAD": "' + "x" * (2 << 20) + '"}}', "larger than 1 MiB (limit NODEAGENT_MAX_INPUT_MIB)"),
         ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels (limit NODEAGENT_MAX_DEPTH)"),
     ],

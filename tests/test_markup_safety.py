@@ -23,8 +23,8 @@ import pytest
 from rich.console import Console
 
 from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier, render_table
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
-from nodeagent.finding import Finding, Status
 from nodeagent.render import markdown, table
 from nodeagent.render.literal import lit, shown
 from tests.tui_driver import drive, settle, text_of

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.cli import main
+from nodeagent.cli.main import main
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 EX_USAGE = 64

@@ -26,14 +26,15 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodeagent import checks, engine, gate
+from nodeagent import checks, engine
 from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
-from nodeagent.errors import UsageError
-from nodeagent.finding import Finding, Status
+from nodeagent.gate import judge
 from nodeagent.host import open_host
 from nodeagent.render import jsonout, outputs
 from nodeagent.render.junit import junit
@@ -73,7 +74,7 @@ def vm_doc() -> dict[str, Any]:
     """A real run: every check on the recorded Firecracker VM (WARN, OK and SKIPPED findings)."""
     with open_host(str(VM)) as host:
         report = engine.run_report(host, list(checks.all_checks()))
-    return as_printed(gate.document(report, None, None, None))
+    return as_printed(judge.document(report, None, None, None))
 
 
 def finding(check_id: str, status: Status, summary: str, subject: str = "", **kw: Any) -> Finding:
@@ -150,14 +151,14 @@ def bench_doc() -> dict[str, Any]:
 
 def preflight_doc(**overrides: Any) -> dict[str, Any]:
     report = preflight_report()
-    doc = gate.document(report, None, 5.0, gate.verdict(report, "warn"))
+    doc = judge.document(report, None, 5.0, judge.verdict(report, "warn"))
     doc |= {"playbook": "preflight", "bench": bench_doc(), "facts": {"host": "gpu-07", "cpus": 2}}
     return as_printed(doc | overrides)
 
 
 def one_check_doc(f: Finding, timed_out: bool = False) -> dict[str, Any]:
     report = Report(f.host, [CheckResult(f.check_id, "A check", [f], 0.1, timed_out)], 1_700_000_000.0, 0.1)
-    return as_printed(gate.document(report, None, None, None))
+    return as_printed(judge.document(report, None, None, None))
 
 
 def fleet_doc(vm: Mapping[str, Any]) -> dict[str, Any]:
@@ -554,7 +555,7 @@ def test_slurm_reason_is_one_safe_line_whatever_findings_say(
         for cid, subject, summary, status, timed_out in items
     ]
     report = Report("h", results, 1.0, 1.0)
-    doc = as_printed(gate.document(report, None, None, None) | {"playbook": playbook})
+    doc = as_printed(judge.document(report, None, None, None) | {"playbook": playbook})
     assert_one_safe_line(slurm_reason(doc, max_len), max_len)
 
 

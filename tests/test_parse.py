@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent import parse
+from nodeagent.core import parse
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Playbooks (nodeagent.playbook): the shipped ones resolve and judge real recorded trees; includes
+"""Playbooks (nodeagent.gate.playbook): the shipped ones resolve and judge real recorded trees; includes
 merge as documented; every malformed file is one line naming its file, line and field (exit 64)."""
 
 from __future__ import annotations
@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nodeagent import checks, engine, playbook_schema, tuners
-from nodeagent.cli import main
+from nodeagent import checks, engine, tuners
+from nodeagent.cli.main import main
 from nodeagent.cluster import fleet
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
-from nodeagent.finding import Finding, Status
+from nodeagent.gate import schema
+from nodeagent.gate.playbook import BenchSettings, Playbook, list_playbooks, load_playbook
+from nodeagent.gate.thresholds import Value, evaluate
 from nodeagent.host import SnapshotHost
-from nodeagent.playbook import BenchSettings, Playbook, list_playbooks, load_playbook
-from nodeagent.thresholds import Value, evaluate
 from tests.helpers import FIXTURE_TREES, REPO, SYSFS_FIXTURES, fixture_host
 
 FIRECRACKER = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
@@ -148,7 +149,7 @@ def test_tune_tf_tuners_and_verify_settings() -> None:
 
 def test_fact_sections_are_the_facts_document() -> None:
     doc = node.collect(SnapshotHost(FIRECRACKER))
-    assert set(doc) - {"host", "source"} == set(playbook_schema.FACT_SECTIONS)
+    assert set(doc) - {"host", "source"} == set(schema.FACT_SECTIONS)
 
 
 @pytest.mark.parametrize("tree", ["firecracker", *FIXTURE_TREES])
@@ -158,8 +159,8 @@ def test_key_kinds_agree_with_recorded_values(tree: str) -> None:
     kinds = {"number": (int, float), "text": (str,), "boolean": (bool,)}
     judged = 0
     for key, value in values.items():
-        kind = playbook_schema.key_kind(key)
-        assert playbook_schema.key_problem(key, frozenset()) is None, key
+        kind = schema.key_kind(key)
+        assert schema.key_problem(key, frozenset()) is None, key
         if kind is None or value is None:
             continue
         judged += 1

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from nodeagent import checks
-from nodeagent.check import Check, NoParams
-from nodeagent.finding import Finding, Status
+from nodeagent.api.check import Check, NoParams
+from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
@@ -27,7 +27,7 @@ def nodeagent(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(list(args))
@@ -99,7 +99,7 @@ def hanging_check(monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_a_hung_check_is_cut_at_the_budget_and_named(
     hanging_check: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pb = tmp_path / "gate.yml"
+    pb = tmp_path / "judge.yml"
     pb.write_text(
         "description: a gate with a check that hangs\nbudget_s: 0.5\nchecks:\n  kernel: {}\n  hangs: {}\n"
     )
@@ -154,13 +154,13 @@ def test_playbooks_list_and_show() -> None:
 
 
 def test_a_playbook_runs_the_on_demand_checks_it_names() -> None:
-    from nodeagent import gate
-    from nodeagent.playbook import load_playbook
+    from nodeagent.gate import judge
+    from nodeagent.gate.playbook import load_playbook
 
     assert "dcgm-diag" not in [c.id for c in checks.select()]  # never in a plain `check`
-    named = [c.id for c in gate.selected_checks(load_playbook("gpu-training"), [], [])]
+    named = [c.id for c in judge.selected_checks(load_playbook("gpu-training"), [], [])]
     assert "dcgm-diag" in named and "xid" in named
-    assert "dcgm-diag" not in [c.id for c in gate.selected_checks(load_playbook("preflight"), [], [])]
+    assert "dcgm-diag" not in [c.id for c in judge.selected_checks(load_playbook("preflight"), [], [])]
     assert "dcgm-diag" not in [
-        c.id for c in gate.selected_checks(load_playbook("gpu-training"), [], ["dcgm-diag"])
+        c.id for c in judge.selected_checks(load_playbook("gpu-training"), [], ["dcgm-diag"])
     ]

@@ -10,9 +10,8 @@ import subprocess
 
 import pytest
 
-from nodeagent import snapshot
 from nodeagent.cluster import pull
-from nodeagent.host import LocalHost
+from nodeagent.host import LocalHost, recorder
 
 # What does not change between two reads, through links (class/net, bus/pci), cgroups and /proc/self.
 STABLE = [
@@ -24,7 +23,7 @@ STABLE = [
     "/proc/sys/kernel/osrelease",
     "/proc/self/limits",
 ]
-OLDEST = (3, 8)  # nodeagent.snapshot's promise: nodes with Python 3.8 can be recorded
+OLDEST = (3, 8)  # nodeagent.host.recorder's promise: nodes with Python 3.8 can be recorded
 
 
 def interpreters() -> dict[str, str]:
@@ -60,7 +59,7 @@ def test_the_node_side_records_the_same_tree_on_every_python(version: str) -> No
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
     )
     assert proc.returncode == 0, proc.stderr.decode()
-    pulled = snapshot.decode(proc.stdout)
-    here = snapshot.record(LocalHost(), STABLE, [("uname", "-r")])
+    pulled = recorder.decode(proc.stdout)
+    here = recorder.record(LocalHost(), STABLE, [("uname", "-r")])
     assert (pulled.dirs, pulled.links) == (here.dirs, here.links)
     assert {p: d for p, d in pulled.files.items() if p != "/nodeagent.json"} == here.files

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nodeagent.core.parse import cpulist, format_cpulist
 from nodeagent.facts import ranks
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.ranks import SOURCE_NUMA, SOURCE_SMI, SOURCE_SYSFS, GpuPlace, RankFacts, RankLayout
 from nodeagent.facts.topology import NumaNode, Topology
 from nodeagent.host import SnapshotHost
-from nodeagent.parse import cpulist, format_cpulist
 from tests.fuzzing import GARBAGE, FuzzHost
 from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, nvidia_smi_text, pci_tree
 
@@ -369,7 +369,7 @@ FUZZ_BASES = ["nvidiagpunumanodes", "40intel64-2g2n4c+pcilocality", "32em64t-2n8
 
 
 def _plan_all(host: Any) -> None:
-    from nodeagent.tune import Tuner
+    from nodeagent.api.tune import Tuner
     from nodeagent.tuners import numa_pinning, pinned_memory, tf_threads
 
     tuners: tuple[Tuner[Any, Any], ...] = (numa_pinning.TUNER, tf_threads.TUNER, pinned_memory.TUNER)

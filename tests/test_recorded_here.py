@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nodeagent import checks, engine
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
-from nodeagent.finding import Finding, Status
 from nodeagent.host import SnapshotHost
 
 RECORDING = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"

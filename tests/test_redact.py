@@ -15,10 +15,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent import checks, engine, redact, snapshot
-from nodeagent.check import declared_commands, declared_paths
+from nodeagent import checks, engine
+from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, nvidia_smi
-from nodeagent.host import LocalHost, SnapshotHost
+from nodeagent.host import LocalHost, SnapshotHost, recorder, redact
 from tests.helpers import ETH, GPU, NIC, pci_tree
 from tests.test_check_gpu import A100_XML
 
@@ -318,8 +318,8 @@ def test_a_redacted_gpu_node_keeps_its_facts_and_loses_its_identifiers(tmp_path:
     patterns = sorted({*declared_paths(selected), *node.PATHS, *EXTRA_PATTERNS})
     commands = sorted({*declared_commands(selected), *node.COMMANDS})
     plain, redacted = tmp_path / "plain.tar.gz", tmp_path / "redacted.tar.gz"
-    snapshot.snapshot(original, patterns, commands, plain)
-    snapshot.snapshot(original, patterns, commands, redacted, redact=True)
+    recorder.snapshot(original, patterns, commands, plain)
+    recorder.snapshot(original, patterns, commands, redacted, redact=True)
 
     def left(archive: Path) -> set[str]:
         texts = _archive_strings(archive)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from nodeagent.cluster.merge import UNREADABLE, merge_reports
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from tests.helpers import SYSFS_FIXTURES
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"

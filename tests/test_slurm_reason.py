@@ -14,9 +14,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent import gate
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
-from nodeagent.finding import Finding, Status
+from nodeagent.gate import judge
 from nodeagent.render import jsonout
 from nodeagent.render.slurm import ALLOWED, slurm_reason
 from tests import corpus
@@ -31,7 +31,7 @@ def finding(check_id: str, status: Status, subject: str, summary: str, **kw: Any
 
 def document(*results: CheckResult, playbook: str | None = "preflight") -> dict[str, Any]:
     """A run's document as `--format json` prints it (and a reader loads it back)."""
-    doc = gate.document(Report("gpu-07", list(results), 1.0, 0.5), None, None, None)
+    doc = judge.document(Report("gpu-07", list(results), 1.0, 0.5), None, None, None)
     if playbook is not None:
         doc["playbook"] = playbook
     loaded: dict[str, Any] = json.loads(jsonout.dumps(doc))
@@ -57,7 +57,7 @@ def memlock(status: Status) -> Finding:
 
 
 def memlock_threshold(status: Status) -> Finding:
-    """The playbook's threshold on the kernel check's memlock evidence (nodeagent.thresholds)."""
+    """The playbook's threshold on the kernel check's memlock evidence (nodeagent.gate.thresholds)."""
     key = "check.kernel.memlock./proc/self/limits"
     return finding(
         "playbook",

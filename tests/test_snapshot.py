@@ -9,10 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodeagent import checks, engine, snapshot
-from nodeagent.check import declared_commands, declared_paths
+from nodeagent import checks, engine
+from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, topology
-from nodeagent.host import Host, LocalHost, SnapshotHost, globwalk
+from nodeagent.host import Host, LocalHost, SnapshotHost, globwalk, recorder
 from nodeagent.host.tree import DIR, FILE, LINK
 from tests import test_globwalk as globwalk_tests
 from tests.helpers import make_tree
@@ -33,7 +33,7 @@ def _verdicts(report: engine.Report) -> set[tuple[str, str, str]]:
 def test_checks_agree_on_this_machine_and_its_snapshot(tmp_path: Path) -> None:
     selected = checks.all_checks()
     out = tmp_path / "here.tar.gz"
-    snapshot.snapshot(
+    recorder.snapshot(
         LocalHost(),
         sorted({*declared_paths(selected), *node.PATHS}),
         sorted({*declared_commands(selected), *node.COMMANDS}),
@@ -53,7 +53,7 @@ def test_checks_agree_on_this_machine_and_its_snapshot(tmp_path: Path) -> None:
 
 def test_links_are_kept_as_links(tmp_path: Path) -> None:
     out = tmp_path / "net.tar.gz"
-    rec = snapshot.snapshot(LocalHost(), ["/sys/class/net/*/mtu"], [], out)
+    rec = recorder.snapshot(LocalHost(), ["/sys/class/net/*/mtu"], [], out)
     assert rec.links, "class/net entries are links into /sys/devices"
     host = SnapshotHost(out)
     live = LocalHost()
@@ -64,7 +64,7 @@ def test_links_are_kept_as_links(tmp_path: Path) -> None:
 
 def test_commands_are_recorded_with_their_failures(tmp_path: Path) -> None:
     out = tmp_path / "cmd.tar.gz"
-    snapshot.snapshot(LocalHost(), [], [("uname", "-r"), ("no-such-tool-xyz", "--version")], out)
+    recorder.snapshot(LocalHost(), [], [("uname", "-r"), ("no-such-tool-xyz", "--version")], out)
     host = SnapshotHost(out)
     ok = host.run(["uname", "-r"])
     assert ok.ok and ok.stdout == LocalHost().run(["uname", "-r"]).stdout
@@ -117,14 +117,14 @@ def test_only_the_variables_the_checks_read_leave_the_node(
 ) -> None:
     data = b"\0".join(f"{n}={v}".encode() if eq else n.encode() for n, eq, v in items)
     data += b"\0" if trailing_nul and items else b""
-    assert snapshot._filter_environ(data) == _kept_by_name(data)
+    assert recorder._filter_environ(data) == _kept_by_name(data)
 
 
 def test_secrets_are_left_out_of_environments_and_command_lines() -> None:
     env = b"PATH=/usr/bin\0AWS_SECRET_ACCESS_KEY=xyz\0OMP_NUM_THREADS=8\0RANK=3\0RANKS=9\0"
-    assert snapshot._filter_environ(env) == b"OMP_NUM_THREADS=8\0RANK=3\0"
+    assert recorder._filter_environ(env) == b"OMP_NUM_THREADS=8\0RANK=3\0"
     cmdline = b"python\0train.py\0--password\0hunter2\0--api-key=abc\0--epochs\0003"
-    assert snapshot._redact_cmdline(cmdline) == (
+    assert recorder._redact_cmdline(cmdline) == (
         b"python\0train.py\0--password\0REDACTED\0--api-key=REDACTED\0--epochs\0003"
     )
 
@@ -149,7 +149,7 @@ def test_cpu_and_node_folders_without_declared_files_survive_a_recording(tmp_pat
     _sparse_tree(original)
     out = tmp_path / "sparse.tar.gz"
     patterns = sorted({*declared_paths(checks.all_checks()), *node.PATHS})
-    snapshot.snapshot(LocalHost(str(original)), patterns, [], out)
+    recorder.snapshot(LocalHost(str(original)), patterns, [], out)
 
     def facts(host: Host) -> tuple[list[int], list[int], dict[int, dict[int, int]]]:
         t = topology.collect(host)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nodeagent import launcher
 from nodeagent.tuners import tf_data
+from nodeagent.tuning import launcher
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow

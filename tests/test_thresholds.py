@@ -1,4 +1,4 @@
-"""Playbook thresholds judged on a node's values (nodeagent.thresholds): pure, on hand-built values.
+"""Playbook thresholds judged on a node's values (nodeagent.gate.thresholds): pure, on hand-built values.
 
 The shipped playbooks' thresholds on real recorded trees are in test_playbook.py.
 """
@@ -11,8 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nodeagent.finding import Status
-from nodeagent.thresholds import Threshold, Value, as_number, evaluate, is_absent, matching_keys, same, show
+from nodeagent.core.finding import Status
+from nodeagent.gate.thresholds import (
+    Threshold,
+    Value,
+    as_number,
+    evaluate,
+    is_absent,
+    matching_keys,
+    same,
+    show,
+)
 
 THP = "hugepages.thp_enabled"
 BACKLOG = "check.kernel.net.core./proc/sys/net/core/netdev_max_backlog"

@@ -230,7 +230,7 @@ def test_the_real_tui_in_a_real_terminal(tmp_path: Path) -> None:
 
 
 def test_a_playbook_chooses_the_checks_and_adds_its_thresholds() -> None:
-    from nodeagent.playbook import load_playbook
+    from nodeagent.gate.playbook import load_playbook
 
     pb = load_playbook("cpu-training")
     app = make_app(LocalBackend(root=str(VM), playbook=pb), start="checks")

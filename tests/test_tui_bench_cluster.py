@@ -27,7 +27,7 @@ from nodeagent.bench.run import BenchResult, ConfigResult, Progress
 from nodeagent.cluster.fleet import FleetComparison
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend
 from nodeagent.tui.screens.bench import BenchScreen, ConfirmFull

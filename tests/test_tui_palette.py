@@ -15,15 +15,15 @@ from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult
-from nodeagent.finding import Finding, Status
-from nodeagent.journal import Journal
 from nodeagent.tui.app import SCREENS, NodeAgentApp, make_app
 from nodeagent.tui.commands import COMMANDS, SCREEN_COMMANDS
 from nodeagent.tui.screens.bench import BenchScreen, ConfirmFull
 from nodeagent.tui.screens.topology import TopologyScreen
 from nodeagent.tui.screens.tune import TuneScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
+from nodeagent.tuning.journal import Journal
 from tests.tui_driver import drive, notifications_by_severity, settle, text_of
 from tests.tui_fakes import CHECK_IDS, FINDINGS, FakeBackend
 

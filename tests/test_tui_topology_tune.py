@@ -18,18 +18,18 @@ pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodea
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from nodeagent import profile as profiles
-from nodeagent.errors import UsageError
+from nodeagent.api.tune import Change, Plan, Scope, Write
+from nodeagent.core.errors import UsageError
 from nodeagent.facts import node, pci_topology
 from nodeagent.facts.topo_matrix import parse_topo
 from nodeagent.host import SnapshotHost
-from nodeagent.state import STATE_ENV
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend, SavedProfile
 from nodeagent.tui.screens.topology import GRADE_STYLE, TopologyScreen, matrix_from_facts
 from nodeagent.tui.screens.tune import JournalPicker, TuneScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
-from nodeagent.tune import Change, Plan, Scope, Write
+from nodeagent.tuning import profile as profiles
+from nodeagent.tuning.state import STATE_ENV
 from tests.helpers import GPU, NIC, SYSFS_FIXTURES, nvidia_smi_text, pci_tree
 from tests.tui_driver import drive as drive_app
 from tests.tui_driver import notifications_by_severity as notifications

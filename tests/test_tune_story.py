@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from nodeagent import journal, profile
 from nodeagent.bench import verify as bench_verify
 from nodeagent.host import LocalHost
 from nodeagent.host.tree import LiveTree
 from nodeagent.render import tune_story
+from nodeagent.tuning import journal, profile
 from tests.test_apply_revert import THP, build_node, contents, shown_by_kernel
 from tests.test_bench_run import use_fake_worker
 
@@ -60,7 +60,7 @@ def node(tmp_path: Path) -> Path:
 
 def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     """`nodeagent ARGS` in this process: (exit code, stdout)."""
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     capsys.readouterr()
     try:
@@ -509,7 +509,7 @@ def test_persist_with_nothing_to_persist_says_so(
 
 
 def test_sysctl_keys_keep_dotted_components_with_slashes() -> None:
-    from nodeagent import persist
+    from nodeagent.tuning import persist
 
     assert persist.sysctl_key("/proc/sys/kernel/numa_balancing") == "kernel.numa_balancing"
     assert (
@@ -566,7 +566,7 @@ def test_fleet_shows_each_hosts_changes_grouped(
 def test_fleet_table_output_renders_the_changes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, state: Path
 ) -> None:
-    from nodeagent.cli import _fleet_tune_section
+    from nodeagent.cli.main import _fleet_tune_section
     from nodeagent.cluster import command
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
@@ -614,7 +614,7 @@ def test_ranks_are_shared_by_every_planner(capsys: pytest.CaptureFixture[str], s
     ],
 )
 def test_two_rank_counts_are_refused(capsys: pytest.CaptureFixture[str], args: tuple[str, ...]) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["tune", "--root", str(VM), "--only", "numa-pinning,tf-threads", *args])
@@ -623,7 +623,7 @@ def test_two_rank_counts_are_refused(capsys: pytest.CaptureFixture[str], args: t
 
 
 def test_a_rank_count_beyond_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["tune", "--root", str(VM), "--only", "numa-pinning", "--ranks", "1000000"])
@@ -632,7 +632,7 @@ def test_a_rank_count_beyond_the_cap_is_refused(capsys: pytest.CaptureFixture[st
 
 
 def test_ranks_without_a_per_rank_tuner_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["tune", "--root", str(VM), "--only", "thp", "--ranks", "4"])
@@ -653,8 +653,8 @@ def test_ranks_without_a_per_rank_tuner_is_refused(capsys: pytest.CaptureFixture
 def test_thread_counts_beyond_the_machine_are_refused(
     capsys: pytest.CaptureFixture[str], setting: str
 ) -> None:
-    """The recorded VM has 2 CPUs: at most 4 threads per CPU (nodeagent.tune.THREADS_PER_CPU_MAX)."""
-    from nodeagent.cli import main
+    """The recorded VM has 2 CPUs: at most 4 threads per CPU (nodeagent.api.tune.THREADS_PER_CPU_MAX)."""
+    from nodeagent.cli.main import main
 
     tuner = setting.split(".", 1)[0]
     with pytest.raises(SystemExit) as e:

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent import journal, profile
 from nodeagent.bench import stats
 from nodeagent.bench import verify as bench_verify
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.host import LocalHost
 from nodeagent.tuners import tf_threads
+from nodeagent.tuning import journal, profile
 from tests.test_bench_run import logged, make_profile, use_fake_worker
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
@@ -69,7 +69,7 @@ def test_intra_op_forces_the_pool_size() -> None:
 
 
 def verify_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["tune", "--apply", "--verify", "--quick", "--format", "json", *args])
@@ -119,7 +119,7 @@ def test_the_baseline_runs_in_the_callers_environment_without_the_hook(
 ) -> None:
     """As-is: the job's own thread variables stay (what tf-threads corrects: here 1 intra-op
     thread, which the fake halves the speed for); a parent `nodeagent exec`'s hook does not."""
-    from nodeagent.launcher import HOOKS_DIR
+    from nodeagent.tuning.launcher import HOOKS_DIR
 
     monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "1")
     monkeypatch.setenv("NODEAGENT_TF_DATA_OPTIONS", '{"deterministic": false}')
@@ -167,7 +167,7 @@ def test_no_difference_is_reverted(
 
 
 def test_table_output_says_why(fake: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(
@@ -225,7 +225,7 @@ def test_a_failed_tuned_run_is_reverted(
     ],
 )
 def test_verify_usage_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from nodeagent.cli import main
+    from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(args)

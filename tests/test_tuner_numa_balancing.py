@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import apply, journal
+from nodeagent.api.tune import Plan, Scope, Write
 from nodeagent.checks import numa
-from nodeagent.errors import UsageError
-from nodeagent.finding import Status
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Status
 from nodeagent.host import Host, SnapshotHost
-from nodeagent.tune import Plan, Scope, Write
 from nodeagent.tuners import numa_balancing
+from nodeagent.tuning import apply, journal
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree, one_finding
 
 PATH = "/proc/sys/kernel/numa_balancing"

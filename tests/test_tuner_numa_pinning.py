@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from nodeagent.api.tune import Plan, Scope
+from nodeagent.core.parse import cpulist
 from nodeagent.facts.ranks import GpuPlace
 from nodeagent.host import LocalHost
-from nodeagent.parse import cpulist
-from nodeagent.tune import Plan, Scope
 from nodeagent.tuners import numa_pinning
 from nodeagent.tuners.numa_pinning import Params
 from tests.helpers import REPO, fixture_host, make_tree

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from nodeagent.api.tune import Plan, Scope
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.ranks import GpuPlace
 from nodeagent.host import LocalHost
-from nodeagent.tune import Plan, Scope
 from nodeagent.tuners import pinned_memory
 from nodeagent.tuners.pinned_memory import HOST_MEM, THREAD_COUNT, THREAD_MODE, Facts, Params
 from tests.helpers import fixture_host, make_tree

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from nodeagent.api.tune import Change, Plan, Scope, Write, runtime_write
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks.cstates import IdleState
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Write, runtime_write
 from nodeagent.tuners import c_states, cpu_governor, hugepages, thp
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from nodeagent import apply, launcher
-from nodeagent.errors import UsageError
+from nodeagent.api.tune import Plan, Scope
+from nodeagent.core.errors import UsageError
 from nodeagent.facts.ranks import GpuPlace
-from nodeagent.tune import Plan, Scope
 from nodeagent.tuners import tf_data
 from nodeagent.tuners.tf_data import GUIDE, PROFILE_KEY, SNIPPET_KEY, Params
+from nodeagent.tuning import apply, launcher
 from tests.helpers import fixture_host, make_tree
 from tests.test_ranks import A100, hand_facts, smi_host
 

@@ -6,9 +6,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from nodeagent.api.tune import Plan, Scope
 from nodeagent.facts.ranks import GpuPlace
 from nodeagent.host import LocalHost
-from nodeagent.tune import Plan, Scope
 from nodeagent.tuners import tf_threads
 from nodeagent.tuners.tf_threads import INTER, INTRA, OMP, Facts, Params
 from tests.helpers import fixture_host, make_tree

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent import apply, journal, profile
-from nodeagent.errors import UsageError
+from nodeagent.api.tune import Change, Plan, Scope, runtime_write, verify_writes
+from nodeagent.core.errors import UsageError
 from nodeagent.host import SnapshotHost
-from nodeagent.tune import Change, Plan, Scope, runtime_write, verify_writes
+from nodeagent.tuning import apply, journal, profile
 from tests.helpers import make_tree
 
 KNOB = "/proc/sys/vm/knob"
@@ -21,7 +21,7 @@ SEL = "/sys/kernel/mm/transparent_hugepage/enabled"
 def test_tuner_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     """Revert writes only what a registered tuner owns: register the tuner "test" of these plans."""
     from nodeagent import tuners
-    from nodeagent.tune import Tuner
+    from nodeagent.api.tune import Tuner
 
     fake = Tuner("test", "test", lambda h: None, lambda f, p: Plan("test"), object, writes=(KNOB, SEL))
     real = tuners.all_tuners()

@@ -13,22 +13,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent import profile as profiles
-from nodeagent.apply import ApplyResult
+from nodeagent.api.check import Check
+from nodeagent.api.tune import Change, Plan, Scope, Write
 from nodeagent.bench import stats
 from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
-from nodeagent.check import Check
 from nodeagent.checks import BUILTIN
 from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult
-from nodeagent.errors import UsageError
-from nodeagent.finding import Finding, Status
-from nodeagent.journal import Journal
 from nodeagent.tui.backend import SavedProfile
-from nodeagent.tune import Change, Plan, Scope, Write
+from nodeagent.tuning import profile as profiles
+from nodeagent.tuning.apply import ApplyResult
+from nodeagent.tuning.journal import Journal
 
 CHECK_IDS = BUILTIN
 PROFILE_PATH = Path("/var/lib/nodeagent/profiles/default.json")  # shown only: the fake writes no file

@@ -9,8 +9,8 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from nodeagent.errors import UsageError
-from nodeagent.tune import Tuner
+from nodeagent.api.tune import Tuner
+from nodeagent.core.errors import UsageError
 
 # Process-scope tuners first (they need no root), then the system knobs.
 BUILTIN = (

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks.cstates import CPU_DIR, CPUIDLE_DIR, IdleState
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import system
-from nodeagent.parse import format_cpulist
-from nodeagent.tune import Change, Plan, Scope, Tuner
 
 ID = "c-states"
 PROFILE_KEY = "launcher.cpu_dma_latency_us"

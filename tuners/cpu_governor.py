@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Tuner, runtime_write
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cpufreq
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
-from nodeagent.tune import Change, Plan, Tuner, runtime_write
 
 ID = "cpu-governor"
 CPU_DIR = "/sys/devices/system/cpu"

@@ -19,15 +19,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, runtime_write
 from nodeagent.checks.hugepages import size_kb
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
+from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import topology
 from nodeagent.facts.memory import HUGE_DIR, NODE_DIR
-from nodeagent.finding import Finding, Status
 from nodeagent.host import Host
-from nodeagent.parse import format_cpulist
-from nodeagent.tune import Change, Plan, Scope, Tuner, runtime_write
 
 ID = "hugepages"
 DOC = "https://docs.kernel.org/admin-guide/mm/hugetlbpage.html"

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Plan, Tuner, runtime_write
 from nodeagent.facts import system, topology
 from nodeagent.host import Host
-from nodeagent.tune import Plan, Tuner, runtime_write
 
 ID = "numa-balancing"
 SYSCTL = "kernel.numa_balancing"

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent import parse
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner
+from nodeagent.core import parse
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import RankFacts, RankLayout, RankSlot
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner
 
 ID = "numa-pinning"
 TARGET = "launcher: CPU and memory binding per rank"

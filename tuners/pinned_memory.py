@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count
 from nodeagent.facts import limits, ranks
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.ranks import RankFacts
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "pinned-memory"
 HOST_MEM = "TF_GPU_HOST_MEM_LIMIT_IN_MB"

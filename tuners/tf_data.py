@@ -26,13 +26,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from nodeagent import parse
-from nodeagent.check import param
-from nodeagent.errors import UsageError
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count
+from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import RankFacts, RankSlot
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "tf-data"
 PROFILE_KEY = "tf_data"

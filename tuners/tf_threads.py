@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nodeagent import parse
-from nodeagent.check import param
-from nodeagent.errors import UsageError
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count
+from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
 from nodeagent.facts import limits, ranks
 from nodeagent.facts.ranks import RankFacts, RankSlot
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Scope, Tuner, check_thread_count
 
 ID = "tf-threads"
 INTRA = "TF_NUM_INTRAOP_THREADS"

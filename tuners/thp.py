@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent import parse
-from nodeagent.check import param
+from nodeagent.api.check import param
+from nodeagent.api.tune import Change, Plan, Tuner, runtime_write
 from nodeagent.checks import hugepages as hugepages_check
-from nodeagent.errors import UsageError
+from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
 from nodeagent.facts import memory
 from nodeagent.facts.memory import THP_DIR
 from nodeagent.host import Host
-from nodeagent.tune import Change, Plan, Tuner, runtime_write
 
 ID = "thp"
 DOC = "https://docs.kernel.org/admin-guide/mm/transhuge.html"

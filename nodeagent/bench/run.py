@@ -265,7 +265,7 @@ class BenchResult:
 def without_hook(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` without what a parent `nodeagent exec` left behind (the tf.data hook on PYTHONPATH,
     its options, the PM QoS file descriptor): a program started from it is not tuned by stealth."""
-    from nodeagent.launcher import HOOKS_DIR
+    from nodeagent.tuning.launcher import HOOKS_DIR
 
     env = {k: v for k, v in environ.items() if k not in HOOK_VARS}
     hooks = str(HOOKS_DIR)
@@ -316,8 +316,8 @@ def exec_argv(profile_name: str, command: list[str]) -> list[str]:
 
 def profile_problem(profile_name: str) -> str | None:
     """Why the profile cannot be used (absent, unreadable), or None."""
-    from nodeagent import profile
-    from nodeagent.errors import UsageError
+    from nodeagent.core.errors import UsageError
+    from nodeagent.tuning import profile
 
     try:
         profile.load(profile_name)

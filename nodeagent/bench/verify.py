@@ -5,7 +5,7 @@
    (thread variables included: they are part of how the user's jobs run today, and what a
    tf-threads profile corrects), minus what a parent `nodeagent exec` may have left there (its
    tf.data hook), so the baseline is never tuned by stealth;
-2. apply the plans (nodeagent.apply: journal first, runtime writes, profile);
+2. apply the plans (nodeagent.tuning.apply: journal first, runtime writes, profile);
 3. tuned: the same program through `nodeagent exec --profile P` (plain `python` when the apply
    wrote no profile: runtime changes reach every process anyway);
 4. keep the changes only when tuned is significantly faster than baseline (the bootstrap CI of the
@@ -30,8 +30,8 @@ from nodeagent.bench import run, stats
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from nodeagent.apply import ApplyResult
-    from nodeagent.finding import Finding
+    from nodeagent.core.finding import Finding
+    from nodeagent.tuning.apply import ApplyResult
 
 KEPT = "kept"
 REVERTED = "reverted"
@@ -109,7 +109,7 @@ def verify(
     """Baseline, apply (through `apply_fn`), tuned, decide; reverts the journal unless kept."""
     import time
 
-    from nodeagent import apply, profile
+    from nodeagent.tuning import apply, profile
 
     start = time.monotonic()
     sizes = run.sizes_for(quick, repeats, processes or (QUICK_PROCESSES if quick else None))

@@ -10,25 +10,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # paramiko loads only when a fleet really runs: `nodeagent check` stays light
-    from nodeagent.cluster.inventory import Inventory
+    from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome, Job
-    from nodeagent.finding import Status
+    from nodeagent.core.finding import Status
 
 
 def load(cluster: str | None, hosts: str | None, limit: str | None) -> Inventory | None:
     """The inventory of `--cluster FILE` or `--hosts EXPR` (None when neither was given)."""
-    from nodeagent.cluster import inventory
-    from nodeagent.errors import UsageError
+    from nodeagent.cluster.inventory import load
+    from nodeagent.core.errors import UsageError
 
     if cluster and hosts:
         raise UsageError("give --cluster FILE or --hosts EXPR, not both")
     if cluster:
-        return inventory.load_inventory(Path(cluster), limit=limit)
+        return load.load_inventory(Path(cluster), limit=limit)
     if hosts:
         if limit:
             raise UsageError("--limit selects from an inventory file: use it with --cluster")
-        return inventory.from_hostlist(hosts)
+        return load.from_hostlist(hosts)
     if limit:
         raise UsageError("--limit selects from an inventory file: give --cluster FILE too")
     return None
@@ -77,7 +77,7 @@ def run(
     hardware (WARN when not given)."""
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import run_fleet
-    from nodeagent.finding import Status
+    from nodeagent.core.finding import Status
 
     start = time.monotonic()
     with progress(len(inv.hosts), label) as on_done:

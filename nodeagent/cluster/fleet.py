@@ -39,10 +39,10 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from nodeagent import hardware
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.facts.system import parse_cmdline
-from nodeagent.finding import Finding, Status
+from nodeagent.gate import hardware
 from nodeagent.render.literal import lits
 
 Value: TypeAlias = str | int | float | bool | None
@@ -171,7 +171,7 @@ _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d()]*
 
 def host_values(facts: Mapping[str, Any] | None, findings: Sequence[Mapping[str, Any]]) -> dict[str, Value]:
     """One host as comparable keys: facts by path ("nics[eth0].speed_mbps"), the hardware counts
-    derived from them (nodeagent.hardware: "hardware.gpus") and findings as
+    derived from them (nodeagent.gate.hardware: "hardware.gpus") and findings as
     "check.<check_id>.<subject>.status" and "check.<check_id>.<subject>.<evidence key>".
 
     Lists of dicts are keyed by IDENTITY_FIELDS, lists of scalars joined with ",". Evidence values
@@ -453,7 +453,7 @@ def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
 
 
 def below_majority(cmp: FleetComparison, status: Status = Status.WARN) -> dict[str, list[Finding]]:
-    """Per host, a finding for each hardware count (nodeagent.hardware) below the one a strict
+    """Per host, a finding for each hardware count (nodeagent.gate.hardware) below the one a strict
     majority of the fleet shares: the fleet's own expectation of what a node has (a node of ten
     that shows 7 GPUs where nine show 8 lost one). A host whose count was not read (None) is not
     judged here: that is no evidence of a loss."""

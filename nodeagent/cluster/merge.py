@@ -32,12 +32,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nodeagent import limits
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import HostError
-from nodeagent.errors import UsageError
-from nodeagent.finding import Status
+from nodeagent.core import limits
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Status
 from nodeagent.render.jsonout import SCHEMA_VERSION
 
 UNREADABLE = "unreadable report"

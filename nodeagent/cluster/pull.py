@@ -1,9 +1,9 @@
 """The agentless pull: one SSH command that records a node with its own python3 and streams the
 snapshot back, so the checks run centrally on exactly what they declare (DESIGN: "Snapshot").
 
-The node needs no nodeagent: the command carries the recorder's own sources (nodeagent.snapshot
+The node needs no nodeagent: the command carries the recorder's own sources (nodeagent.host.recorder
 and the host modules it stands on, all standard library only), compressed into one argument, and a
-tiny bootstrap that loads them as modules and calls `nodeagent.snapshot.remote_main`. The same code
+tiny bootstrap that loads them as modules and calls `nodeagent.host.recorder.remote_main`. The same code
 records a node locally (`nodeagent snapshot`) and over SSH, so both give the same tree.
 """
 
@@ -17,7 +17,8 @@ import shlex
 import zlib
 from collections.abc import Sequence
 
-from nodeagent import __version__, limits
+from nodeagent import __version__
+from nodeagent.core import limits
 
 # Loaded in this order on the node: each imports only the standard library and those before it.
 _PACKAGES = ("nodeagent", "nodeagent.host")
@@ -26,7 +27,7 @@ _MODULES = (
     "nodeagent.host.tree",
     "nodeagent.host.globwalk",
     "nodeagent.host.local",
-    "nodeagent.snapshot",
+    "nodeagent.host.recorder",
 )
 
 # Runs on the node as `python3 -I -S -c BOOTSTRAP`, the payload on its standard input (not in argv:
@@ -39,7 +40,7 @@ BOOTSTRAP = (
     " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
     "for n,s in d['modules']:\n"
     " m=types.ModuleType(n);sys.modules[n]=m;exec(compile(s,'<nodeagent:'+n+'>','exec'),m.__dict__)\n"
-    "sys.modules['nodeagent.snapshot'].remote_main(d['spec'])\n"
+    "sys.modules['nodeagent.host.recorder'].remote_main(d['spec'])\n"
 )
 
 
@@ -72,9 +73,9 @@ def command(python: str) -> str:
 def check_size(stream: bytes, cap: int | None = None) -> None:
     """ValueError when the pull stream `stream` decompresses to more than `cap` bytes (default
     NODEAGENT_MAX_RECORDING_MIB), found while decompressing in bounded pieces, so a zlib bomb (2 MB
-    that inflate to gigabytes) costs one piece of memory at a time; then nodeagent.snapshot.decode
+    that inflate to gigabytes) costs one piece of memory at a time; then nodeagent.host.recorder.decode
     can inflate it whole. A stream that is not a recording is left to decode to name."""
-    from nodeagent.snapshot import PULL_MAGIC
+    from nodeagent.host.recorder import PULL_MAGIC
 
     if not stream.startswith(PULL_MAGIC):
         return

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from nodeagent.cluster import fleet
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.finding import WORST_FIRST, Finding, Status, worst
+from nodeagent.core.finding import WORST_FIRST, Finding, Status, worst
 from nodeagent.render.literal import lit
 from nodeagent.render.table import STYLE
 

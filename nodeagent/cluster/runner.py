@@ -2,7 +2,7 @@
 
 Each host gives exactly one HostOutcome: its result document, or a HostError (unreachable, auth
 failed, host key rejected, timeout, nodeagent missing, remote error) that never stops the others.
-Hosts run on nodeagent.pool's bounded daemon threads, each within its connect + command time
+Hosts run on nodeagent.core.pool's bounded daemon threads, each within its connect + command time
 limit, so a host that stops answering mid-run costs its limit and no more.
 
 Jobs:
@@ -24,17 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nodeagent import limits, pool
 from nodeagent.cluster import DEFAULT_PARALLEL, ssh
 from nodeagent.cluster.ssh import HostError
+from nodeagent.core import limits, pool
 
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from nodeagent.baseline import Baseline
-    from nodeagent.check import Check
-    from nodeagent.cluster.inventory import HostSpec, Inventory
-    from nodeagent.playbook import Playbook
+    from nodeagent.api.check import Check
+    from nodeagent.cluster.inventory.load import HostSpec, Inventory
+    from nodeagent.gate.baseline import Baseline
+    from nodeagent.gate.playbook import Playbook
 
 # Beyond connect + command time: the snapshot's evaluation here, and paramiko's own teardown.
 _SLACK_S = 5.0
@@ -113,7 +113,7 @@ class CheckJob:
     baseline: Baseline | None = None
 
     def declared(self) -> tuple[list[str], list[tuple[str, ...]]]:
-        from nodeagent.check import declared_commands, declared_paths
+        from nodeagent.api.check import declared_commands, declared_paths
         from nodeagent.facts import node
 
         patterns = sorted({*declared_paths(self.checks), *node.PATHS})
@@ -143,10 +143,10 @@ class CheckJob:
         return self._agentless(spec, conn)
 
     def _agentless(self, spec: HostSpec, conn: Connection) -> HostOutcome:
-        from nodeagent import engine, snapshot
+        from nodeagent import engine
         from nodeagent.cluster import pull
         from nodeagent.facts import node
-        from nodeagent.host import SnapshotHost
+        from nodeagent.host import SnapshotHost, recorder
         from nodeagent.host.archive import MemoryTree
 
         out = ssh.run(conn, pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
@@ -163,7 +163,7 @@ class CheckJob:
             raise HostError(ssh.REMOTE, f"recording {spec.name} failed: {last}")
         try:
             pull.check_size(out.stdout)
-            rec = snapshot.decode(out.stdout)
+            rec = recorder.decode(out.stdout)
         except ValueError as e:
             raise HostError(ssh.REMOTE, f"the recording pulled from {spec.name} is unreadable: {e}") from None
         host = SnapshotHost(spec.name, tree=MemoryTree(rec.dirs, rec.links, rec.files))
@@ -174,15 +174,15 @@ class CheckJob:
             report = engine.run_report(host, self.checks, self.params, timeout_s=self.timeout_s, workers=1)
             facts = node.collect(host)
             if self.playbook is not None or self.baseline is not None:
-                from nodeagent import gate
                 from nodeagent.cluster import fleet
+                from nodeagent.gate import judge
 
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
-                report.results += gate.extra_results(values, self.playbook, self.baseline, spec.name)
+                report.results += judge.extra_results(values, self.playbook, self.baseline, spec.name)
             return HostOutcome(spec.name, spec.address, report.to_dict(), facts)
 
 
-# `nodeagent check` and `tune` exit with the worst status's code (nodeagent.finding.Status).
+# `nodeagent check` and `tune` exit with the worst status's code (nodeagent.core.finding.Status).
 EXIT_STATUS = {0: "OK", 1: "WARN", 2: "FAIL", 3: "UNKNOWN"}
 
 

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import paramiko
 
-from nodeagent import limits
-from nodeagent.limits import MiB
+from nodeagent.core import limits
+from nodeagent.core.limits import MiB
 
 if TYPE_CHECKING:
     from fabric import Connection
 
-    from nodeagent.cluster.inventory import HostSpec
+    from nodeagent.cluster.inventory.load import HostSpec
 
 # Kinds of host failure, as shown in reports and JSON (`error.kind`).
 UNREACHABLE = "unreachable"
@@ -280,7 +280,7 @@ def run(
     Raises HostError(TIMEOUT) when it does not finish within `timeout` seconds (the channel is
     closed, so the remote command gets SIGHUP through sshd), and HostError(REMOTE) as soon as it
     has printed more than `max_stdout` / `max_stderr` bytes (default NODEAGENT_MAX_STDOUT_MIB and
-    NODEAGENT_MAX_STDERR_MIB, nodeagent.limits): a node that prints without end costs the limit,
+    NODEAGENT_MAX_STDERR_MIB, nodeagent.core.limits): a node that prints without end costs the limit,
     not the controller's memory."""
     out_cap = limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB") if max_stdout is None else max_stdout
     err_cap = limits.limit_bytes("NODEAGENT_MAX_STDERR_MIB") if max_stderr is None else max_stderr

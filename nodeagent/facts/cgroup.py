@@ -21,7 +21,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts import topology
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host

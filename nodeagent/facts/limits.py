@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.host import Host
 
 LIMITS_PATH = "/proc/self/limits"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host
 

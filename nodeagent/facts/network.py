@@ -13,7 +13,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts.reader import Reader
 from nodeagent.host import Host
 

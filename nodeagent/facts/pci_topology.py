@@ -38,7 +38,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts import gpus, network, pci, topology
 from nodeagent.facts.pci import PciDevice
 from nodeagent.facts.topo_matrix import LINK_RANK

@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.facts import cgroup, gpus, pci, pci_topology, topology
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.pci_topology import Endpoint, rank

@@ -6,7 +6,7 @@ import builtins
 from collections.abc import Callable
 from typing import TypeVar
 
-from nodeagent import parse
+from nodeagent.core import parse
 from nodeagent.host import Host
 
 T = TypeVar("T")

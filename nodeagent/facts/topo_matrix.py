@@ -12,7 +12,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from nodeagent import parse
+from nodeagent.core import parse
 
 COMMAND = ("nvidia-smi", "topo", "-m")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

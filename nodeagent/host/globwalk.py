@@ -1,4 +1,4 @@
-"""Many glob patterns expanded over a Tree in one walk: what the recorder (nodeagent.snapshot) reads.
+"""Many glob patterns expanded over a Tree in one walk: what the recorder (nodeagent.host.recorder) reads.
 
 The checks declare about 200 patterns that share deep prefixes: some 30 walk the same levels of
 /sys/fs/cgroup, and three (`/proc/[0-9]*/{status,cmdline,environ}`) the same few hundred process

@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 from nodeagent.host.archive import ArchiveTooLarge, ArchiveTree, SubTree
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
 from nodeagent.host.local import LocalHost, TreeHost

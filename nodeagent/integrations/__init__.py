@@ -21,7 +21,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from nodeagent.errors import UsageError
+from nodeagent.core.errors import UsageError
 
 SUFFIXES = (".sh", ".yaml")
 

@@ -11,7 +11,7 @@
 # 2. The ranks: horovodrun runs the command given on every slot. With its Gloo controller each rank
 #    gets HOROVOD_LOCAL_RANK (horovod/runner/gloo_run.py), which nodeagent exec does not read
 #    (it reads LOCAL_RANK, SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID:
-#    nodeagent/launcher.py), so a small shell passes it as --local-rank; under --mpi, Open MPI's
+#    nodeagent/tuning/launcher.py), so a small shell passes it as --local-rank; under --mpi, Open MPI's
 #    OMPI_COMM_WORLD_LOCAL_RANK is read directly. Without a rank every process would get rank 0's
 #    CPUs. nodeagent execs the job, so the rank's PID, signals and exit code are the job's own.
 #

@@ -12,7 +12,7 @@
 #    node stops the launch before any rank starts.
 # 2. The ranks: `mpirun ... nodeagent exec --profile NAME -- python train.py ARGS`.
 #    - Open MPI sets OMPI_COMM_WORLD_LOCAL_RANK in every rank, which nodeagent exec reads for the
-#      rank's place on its node (nodeagent/launcher.py, RANK_VARS).
+#      rank's place on its node (nodeagent/tuning/launcher.py, RANK_VARS).
 #    - --bind-to none: mpirun binds ranks by itself by default (to cores or packages, mpirun(1)
 #      "Mapping, Ranking, and Binding"); nodeagent exec binds each rank near its GPU and NIC
 #      instead, and a binding made first would only narrow the CPUs it may choose from.

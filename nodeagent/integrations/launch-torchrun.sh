@@ -14,7 +14,7 @@
 #    (torchrun --help: "Skip prepending the training script with 'python' - just execute it
 #    directly"), so every worker is `nodeagent exec --profile NAME -- python train.py ARGS`.
 #    torchrun sets LOCAL_RANK for each worker, the first variable nodeagent exec reads for the rank
-#    (nodeagent/launcher.py, RANK_VARS), and nodeagent execs the job, so the worker's PID, signals
+#    (nodeagent/tuning/launcher.py, RANK_VARS), and nodeagent execs the job, so the worker's PID, signals
 #    and exit code are the job's own, as torchrun's monitoring expects.
 #
 # Settings (environment):

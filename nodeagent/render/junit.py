@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent import __version__
-from nodeagent.finding import Status
+from nodeagent.core.finding import Status
 from nodeagent.render.outputs import (
     HostRun,
     attention,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent import __version__
-from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.outputs import (
     HostRun,
     attention,

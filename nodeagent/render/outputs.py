@@ -31,13 +31,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nodeagent.errors import UsageError
-from nodeagent.finding import Status
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Status
 
 FORMATS = ("json", "junit", "prometheus", "markdown", "html", "slurm", "text")
 STDOUT = "-"  # FORMAT:- writes to standard output
 SCHEMA_FILE = "report.schema.json"
-# Statuses someone has to act on, worst first (the order of nodeagent.finding.Status's ranks).
+# Statuses someone has to act on, worst first (the order of nodeagent.core.finding.Status's ranks).
 ATTENTION = (Status.FAIL, Status.UNKNOWN, Status.WARN)
 
 

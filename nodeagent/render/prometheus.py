@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent import __version__
-from nodeagent.finding import Status
+from nodeagent.core.finding import Status
 from nodeagent.render.outputs import HostRun, host_runs, number, status_of
 
 STATUS_VALUE = {Status.SKIPPED: -1, Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}

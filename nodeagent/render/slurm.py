@@ -39,7 +39,7 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nodeagent.finding import Status
+from nodeagent.core.finding import Status
 from nodeagent.render.outputs import ATTENTION, HostRun, attention, host_runs, is_fleet, label, status_of
 
 ALLOWED = frozenset(string.ascii_letters + string.digits + " .,:/_+%=()@-")
@@ -49,7 +49,7 @@ MAX_CLAUSE = 48  # a summary's first clause is cut here, so one finding cannot c
 HEAD = "nodeagent: "
 DETAILS_SEP = " / "
 # Checks whose subjects are value keys (nodeagent.cluster.fleet.host_values), not things on the
-# node: nodeagent.thresholds.CHECK_ID and nodeagent.baseline.CHECK_ID (not imported: baseline pulls
+# node: nodeagent.gate.thresholds.CHECK_ID and nodeagent.gate.baseline.CHECK_ID (not imported: baseline pulls
 # in the fleet's tables).
 VALUE_CHECKS = frozenset({"playbook", "baseline"})
 # A fact's key naming one object of a list: "rdma[mlx5_0/1].state" (fleet.host_values's labels).

@@ -11,9 +11,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from nodeagent.core.finding import WORST_FIRST, Finding, Status
+from nodeagent.core.parse import format_cpulist
 from nodeagent.engine import Report
-from nodeagent.finding import WORST_FIRST, Finding, Status
-from nodeagent.parse import format_cpulist
 from nodeagent.render.literal import lit, lits, shown
 
 STYLE = {

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.literal import shown
 from nodeagent.render.outputs import (
     HostRun,

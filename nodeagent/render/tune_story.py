@@ -16,21 +16,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.finding import Finding, Status
-from nodeagent.journal import REVERTED as REVERTED_STATE
-from nodeagent.tune import Change, Plan, Scope
+from nodeagent.api.tune import Change, Plan, Scope
+from nodeagent.core.finding import Finding, Status
+from nodeagent.tuning.journal import REVERTED as REVERTED_STATE
 
 if TYPE_CHECKING:
-    from nodeagent.apply import ApplyResult
     from nodeagent.bench.verify import VerifyResult
-    from nodeagent.journal import Journal
-    from nodeagent.persist import PersistPlan
+    from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.tuning.journal import Journal
+    from nodeagent.tuning.persist import PersistPlan
 
 SCOPE_ORDER = (Scope.RUNTIME, Scope.PROCESS, Scope.CODE, Scope.BOOT)
 MAX_EVIDENCE = 4
 # The decisions of nodeagent.bench.verify (not imported: the story must not load the benchmark).
 KEPT, REVERTED, NOTHING, NOT_APPLIED = "kept", "reverted", "nothing applied", "not applied"
-CONFLICT = "revert-conflict"  # nodeagent.apply.CONFLICT (not imported: apply loads the tuners)
+CONFLICT = "revert-conflict"  # nodeagent.tuning.apply.CONFLICT (not imported: apply loads the tuners)
 
 
 def _changes(plans: Sequence[Plan]) -> list[Change]:

@@ -17,24 +17,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from nodeagent.apply import ApplyResult
+    from nodeagent.api.check import Check
+    from nodeagent.api.tune import Change, Plan
     from nodeagent.bench.run import BenchResult, Progress
-    from nodeagent.check import Check
-    from nodeagent.cluster.inventory import Inventory
+    from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
+    from nodeagent.core.finding import Finding
     from nodeagent.engine import CheckResult
-    from nodeagent.finding import Finding
-    from nodeagent.journal import Journal
-    from nodeagent.playbook import Playbook
-    from nodeagent.tune import Change, Plan
+    from nodeagent.gate.playbook import Playbook
+    from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.tuning.journal import Journal
 
 _ABSENT = object()
 
 
 @dataclass(frozen=True)
 class SavedProfile:
-    """The profile `nodeagent exec --profile NAME` applies, as it is on disk (nodeagent.profile):
+    """The profile `nodeagent exec --profile NAME` applies, as it is on disk (nodeagent.tuning.profile):
     what `tune --apply` (or an apply in the TUI) saved there, read before the plan is shown."""
 
     name: str
@@ -143,23 +143,24 @@ class LocalBackend:
             return node.collect(host)
 
     def checks(self) -> Sequence[Check[Any, Any]]:
-        from nodeagent import gate
+        from nodeagent.gate import judge
 
-        return gate.selected_checks(self.playbook, [], [])
+        return judge.selected_checks(self.playbook, [], [])
 
     def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
         """The checks as they finish, then the playbook's thresholds (when it has any)."""
-        from nodeagent import engine, gate
+        from nodeagent import engine
+        from nodeagent.gate import judge
 
-        selected = gate.selected_checks(self.playbook, list(only), [])
-        params = gate.check_params(self.playbook, selected)
+        selected = judge.selected_checks(self.playbook, list(only), [])
+        params = judge.check_params(self.playbook, selected)
         with self._host() as host:
             report = engine.Report(host.name)
             for result in engine.run(host, selected, params, timeout_s=self.timeout_s):
                 report.results.append(result)
                 yield result
             if self.playbook is not None and self.playbook.thresholds and not only:
-                yield from gate.extra_results(gate.values_of(host, report), self.playbook, None, host.name)
+                yield from judge.extra_results(judge.values_of(host, report), self.playbook, None, host.name)
 
     def _tuners(self) -> list[Any]:
         from nodeagent import tuners
@@ -172,10 +173,11 @@ class LocalBackend:
             return [t.run_plan(host, t.make_params(dict(overrides.get(t.id, {})))) for t in self._tuners()]
 
     def apply(self, plans: list[Plan]) -> ApplyResult:
-        from nodeagent import apply, tuners
+        from nodeagent import tuners
+        from nodeagent.tuning import apply
 
         if self.tune_read_only:
-            from nodeagent.errors import UsageError
+            from nodeagent.core.errors import UsageError
 
             raise UsageError(self.tune_read_only)
         wanted = {p.tuner for p in plans}
@@ -184,18 +186,18 @@ class LocalBackend:
             return apply.apply(host, plans, self.profile, verifiers=verifiers)
 
     def saved_profile(self) -> SavedProfile | None:
-        from nodeagent import profile
+        from nodeagent.tuning import profile
 
         doc = profile.load_if_present(self.profile)  # where apply.apply saves (the state folder)
         return None if doc is None else SavedProfile(self.profile, profile.profile_path(self.profile), doc)
 
     def journals(self) -> list[Journal]:
-        from nodeagent import journal
+        from nodeagent.tuning import journal
 
         return journal.all_journals()
 
     def revert(self, journal_id: str) -> list[Finding]:
-        from nodeagent import apply, journal
+        from nodeagent.tuning import apply, journal
 
         return apply.revert(journal.find(journal_id))
 
@@ -203,7 +205,7 @@ class LocalBackend:
         import importlib.util
 
         from nodeagent.bench import run
-        from nodeagent.errors import UsageError
+        from nodeagent.core.errors import UsageError
 
         if self.root not in (None, "/"):
             raise UsageError(
@@ -218,12 +220,12 @@ class LocalBackend:
         return run.run_bench(quick, self.profile, repeats, processes, on_progress=on_progress)
 
     def inventory(self) -> Inventory:
-        from nodeagent.cluster import inventory
-        from nodeagent.errors import UsageError
+        from nodeagent.cluster.inventory import load
+        from nodeagent.core.errors import UsageError
 
         if self.inventory_path is None:
             raise UsageError("no inventory: start with `nodeagent tui --cluster hosts.yml`")
-        return inventory.load_inventory(Path(self.inventory_path))
+        return load.load_inventory(Path(self.inventory_path))
 
     def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
         import time

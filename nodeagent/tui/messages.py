@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from nodeagent.core.finding import Finding
     from nodeagent.engine import CheckResult
-    from nodeagent.finding import Finding
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from nodeagent.finding import Status, worst
+from nodeagent.core.finding import Status, worst
 
 if TYPE_CHECKING:
     from nodeagent.engine import CheckResult

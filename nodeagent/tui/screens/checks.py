@@ -12,13 +12,13 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.literal import lit, lits
 from nodeagent.tui.screens.areas import AREAS, area_of
 from nodeagent.tui.widgets.status import status_text
 
 if TYPE_CHECKING:
-    from nodeagent.finding import Finding
+    from nodeagent.core.finding import Finding
 
 # Status filters, in the order "f" cycles through them.
 FILTERS: dict[str, tuple[Status, ...]] = {

@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
-from nodeagent.parse import format_cpulist
+from nodeagent.core.parse import format_cpulist
 from nodeagent.render.literal import lit, lits
 from nodeagent.tui import messages
 from nodeagent.tui.screens.areas import AREAS, area_status

@@ -23,8 +23,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from nodeagent.finding import Status, worst
-from nodeagent.parse import format_cpulist
+from nodeagent.core.finding import Status, worst
+from nodeagent.core.parse import format_cpulist
 from nodeagent.render.literal import lit, shown
 from nodeagent.tui.widgets.status import status_text
 

@@ -33,17 +33,17 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
-from nodeagent.journal import REVERTED
+from nodeagent.api.tune import Change, Plan, Scope
 from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import SCOPE_STYLE, findings_lines
 from nodeagent.tui.widgets.confirm import ConfirmScreen
-from nodeagent.tune import Change, Plan, Scope
+from nodeagent.tuning.journal import REVERTED
 
 if TYPE_CHECKING:
-    from nodeagent.apply import ApplyResult
-    from nodeagent.finding import Finding
-    from nodeagent.journal import Journal
+    from nodeagent.core.finding import Finding
     from nodeagent.tui.backend import SavedProfile
+    from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.tuning.journal import Journal
 
 BOOT_ADVICE = "boot-scope changes (kernel command line) are advice: shown, not selectable"
 APPLIED_MARK = "ok"  # an applied change (here, or saved in the profile): not selectable

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
-from nodeagent.finding import WORST_FIRST, Status
+from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import STYLE
 

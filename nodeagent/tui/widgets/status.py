@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from nodeagent.finding import Status
+from nodeagent.core.finding import Status
 from nodeagent.render.table import STYLE  # the CLI's colours, so both faces agree
 
 

@@ -1,0 +1,1 @@
+"""The command-line face: click commands that turn arguments into requests and print what comes back."""

@@ -1,0 +1,833 @@
+"""The `nodeagent` command line. Heavy modules are imported inside commands, so --help stays fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from nodeagent import __version__
+from nodeagent.cli.options import (
+    Fleet,
+    baseline_option,
+    cluster_options,
+    format_option,
+    ids,
+    load_baseline,
+    load_playbook,
+    open_root,
+    output_option,
+    playbook_option,
+    root_option,
+    verbose_option,
+    write_outputs,
+)
+from nodeagent.cli.preflight import register as register_gate_commands
+from nodeagent.core import limits
+from nodeagent.core.errors import UsageError
+
+EX_USAGE = 64
+EX_SOFTWARE = 70
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nodeagent")
+def cli() -> None:
+    """Health checks and tuning for deep-learning training nodes.
+
+    Exit codes of `check`: 0 all OK (or skipped), 1 WARN, 2 FAIL, 3 UNKNOWN (a check could not
+    decide); 64 bad input.
+    """
+
+
+@cli.command()
+@root_option
+@click.option("--only", metavar="ID,...", help="Run only these checks (see `nodeagent checks`).")
+@click.option("--skip", metavar="ID,...", help="Leave these checks out.")
+@format_option
+@click.option("--timeout", type=float, default=20.0, show_default=True, help="Seconds one check may take.")
+@click.option("--facts", "with_facts", is_flag=True, help="With --format json: add the node's facts.")
+@cluster_options
+@click.option(
+    "--remote-agent",
+    is_flag=True,
+    help="With --cluster: run nodeagent installed on each host instead of pulling a snapshot.",
+)
+@click.option(
+    "--bandwidth",
+    is_flag=True,
+    help="With --cluster: also measure TCP (iperf3) or RDMA (ib_write_bw) bandwidth and latency "
+    "between the hosts, in a ring, and flag the slow ones.",
+)
+@click.option(
+    "--bandwidth-mode",
+    type=click.Choice(["ring", "pairs"]),
+    default="ring",
+    show_default=True,
+    help="ring: each host to the next, all at once; pairs: every ordered pair.",
+)
+@click.option("--min-gbits", type=float, help="With --bandwidth: a link below this many Gbit/s fails.")
+@playbook_option
+@baseline_option
+@output_option
+@verbose_option
+def check(
+    root: str | None,
+    only: str | None,
+    skip: str | None,
+    fmt: str,
+    timeout: float,
+    with_facts: bool,
+    fleet: Fleet,
+    remote_agent: bool,
+    bandwidth: bool,
+    bandwidth_mode: str,
+    min_gbits: float | None,
+    playbook_name: str | None,
+    baseline_path: Path | None,
+    outputs: tuple[str, ...],
+    verbose: bool,
+) -> None:
+    """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings.
+
+    With --playbook, its checks with its parameters, then its thresholds; with --baseline, what
+    differs from the baseline is flagged too. On a terminal, a table of every finding; piped, only
+    the findings that need attention, with their fixes (-v: the table).
+    """
+    from nodeagent.gate import judge
+    from nodeagent.render import jsonout
+
+    pb = load_playbook(playbook_name)
+    base = load_baseline(baseline_path)
+    selected = judge.selected_checks(pb, ids(only), ids(skip))
+    inv = fleet.inventory(root)
+    if inv is not None:
+        from nodeagent.cluster import command
+        from nodeagent.cluster.runner import CheckJob
+
+        if remote_agent and (pb is not None or base is not None):
+            raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
+        job = CheckJob(
+            selected, judge.check_params(pb, selected), timeout, remote_agent, playbook=pb, baseline=base
+        )
+        lost = judge.lost_hardware(pb)
+        fleet_report = command.run(
+            inv, job, fleet.parallel, fleet.accept_new_host_keys, "check", lost_hardware=lost
+        )
+        sections = []
+        if bandwidth:
+            from nodeagent.cluster import ssh
+            from nodeagent.cluster.bandwidth import measure as bw
+
+            keys = ssh.HostKeys.default(inv.known_hosts, fleet.accept_new_host_keys)
+            bw_params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
+            measured = bw.measure(inv, keys, bw_params, fleet.parallel)
+            fleet_report.extra = measured.to_dict()
+            fleet_report.extra_status = measured.status()
+            sections.append(measured.render())
+        if not write_outputs(outputs, jsonout.document(fleet_report.to_dict())):
+            command.emit(fleet_report, fmt, sections)
+        sys.exit(fleet_report.exit_code)
+    if remote_agent or bandwidth:
+        raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
+    with open_root(root) as host:
+        report = judge.run(host, pb, selected, timeout_s=timeout, baseline=base)
+        facts_doc = None
+        if with_facts:
+            from nodeagent.facts import node
+
+            facts_doc = node.collect(host)
+    doc = jsonout.document(judge.document(report, pb, None, None))
+    if facts_doc is not None:
+        doc["facts"] = facts_doc
+    if write_outputs(outputs, doc):
+        pass  # an --output FORMAT:- is what standard output carries
+    elif fmt == "json":
+        click.echo(jsonout.dumps(doc))
+    else:
+        from nodeagent.render import table, text
+
+        if verbose or table.stdout_is_terminal():
+            table.print_report(report)
+        else:
+            click.echo(text.problems(doc), nl=False)
+    sys.exit(report.exit_code)
+
+
+@cli.command()
+@root_option
+@format_option
+@click.option(
+    "--timeout", type=float, default=60.0, show_default=True, help="Seconds collecting the facts may take."
+)
+def facts(root: str | None, fmt: str, timeout: float) -> None:
+    """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS.
+
+    Exit 0; 3 when the facts could not be collected within --timeout (one line on stderr)."""
+    from nodeagent import engine
+
+    with open_root(root) as host:
+        result = engine.collect_facts(host, timeout_s=timeout)
+    if result.doc is None:
+        click.echo(f"facts: {result.reason}", err=True)
+        sys.exit(3)
+    doc = result.doc
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(doc))
+    else:
+        from nodeagent.render import table
+
+        table.console().print(table.facts_tables(doc))
+
+
+@cli.command("checks")
+@click.option("--params", "show_params", is_flag=True, help="Also list each check's parameters and defaults.")
+def list_checks(show_params: bool) -> None:
+    """List the available checks with their tags (and thresholds with --params)."""
+    import dataclasses
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from nodeagent import checks
+    from nodeagent.render.table import console
+
+    out = console()
+    if not show_params:
+        t = Table(show_header=True)
+        for col in ("id", "title", "tags"):
+            t.add_column(col)
+        for c in checks.all_checks():
+            t.add_row(c.id, c.title, ",".join(c.tags))
+        out.print(t)
+        return
+    for c in checks.all_checks():
+        out.print(Text(f"{c.id}: {c.title} [{','.join(c.tags)}]", style="bold"))
+        for f in dataclasses.fields(c.params):
+            line = Text(f"  {f.name} = {f.default!r}", style="cyan")
+            line.append(f"\n      {f.metadata.get('why', '')}", style="default")
+            out.print(line)
+        out.print()
+
+
+@cli.command()
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Archive to write (.tar.gz).",
+)
+@click.option("--only", metavar="ID,...", help="Record only what these checks read.")
+@click.option(
+    "--redact",
+    is_flag=True,
+    help="Replace host names, MAC/IP addresses, UUIDs and serial numbers with placeholders "
+    "(for a public bug report).",
+)
+def snapshot(output: Path, only: str | None, redact: bool) -> None:
+    """Record what the checks read on this machine into a .tar.gz that --root reads back."""
+    from nodeagent import checks
+    from nodeagent.api.check import declared_commands, declared_paths
+    from nodeagent.facts import node
+    from nodeagent.host import LocalHost
+    from nodeagent.host.recorder import snapshot as take
+
+    selected = checks.select(ids(only))
+    patterns = sorted({*declared_paths(selected), *node.PATHS})
+    commands = sorted({*declared_commands(selected), *node.COMMANDS})
+    try:
+        rec = take(LocalHost(), patterns, commands, output, redact=redact)
+    except OSError as e:
+        raise UsageError(f"{output}: cannot write the snapshot ({e.strerror or e})") from None
+    size = output.stat().st_size
+    click.echo(
+        f"wrote {output}: {len(rec.files)} files, {len(rec.links)} links, {len(commands)} commands, "
+        f"{size / 1024:.0f} KiB; read it back with --root {output}"
+    )
+    if redact:
+        from nodeagent.host import SnapshotHost
+
+        # Read back from the archive: what the metadata says is what a bug report's reader sees.
+        counts = SnapshotHost(output).meta.get("redacted")
+        kinds = counts.items() if isinstance(counts, dict) else []
+        replaced = [f"{c['values']} {k}" for k, c in kinds if c["values"]]
+        click.echo(f"replaced with placeholders: {', '.join(replaced) or 'nothing'} (see nodeagent.json)")
+
+
+def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """--set ID.NAME=VALUE, the value read as a YAML scalar (4 -> int, true -> bool, 2MB -> str);
+    .nan/.inf and counts beyond nodeagent.core.limits' bounds (ranks above MAX_RANKS) are refused."""
+    import yaml
+
+    from nodeagent.core import yamldoc
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in values:
+        key, eq, raw = item.partition("=")
+        tid, dot, name = key.partition(".")
+        if not (eq and dot and tid and name):
+            raise UsageError(f"--set {item!r}: write it as ID.PARAMETER=VALUE, e.g. numa-pinning.ranks=4")
+        try:
+            # yamldoc's loader: nesting capped, a 5000-digit integer or 2024-13-45 a YAMLError.
+            value = yaml.load(raw, Loader=yamldoc.SettingLoader) if raw.strip() else ""
+        except yaml.constructor.ConstructorError as e:
+            raise UsageError(f"--set {key}: {e.problem}") from None
+        except yaml.YAMLError:
+            value = raw
+        problem = limits.setting_problem(name, value)
+        if problem:
+            raise UsageError(f"--set {key}: {problem}")
+        out.setdefault(tid, {})[name] = value
+    return out
+
+
+@cli.command()
+@root_option
+@click.option("--only", metavar="ID,...", help="Plan only these tuners (see `nodeagent tuners`).")
+@click.option("--skip", metavar="ID,...", help="Leave these tuners out.")
+@click.option(
+    "--set", "sets", multiple=True, metavar="ID.PARAM=VALUE", help="A tuner parameter (repeatable)."
+)
+@click.option(
+    "--apply",
+    "do_apply",
+    is_flag=True,
+    help="Apply: runtime changes now (root), process changes to the profile.",
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    default="default",
+    show_default=True,
+    help="Profile that receives process changes.",
+)
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="With --apply: benchmark the plain pipeline, apply, benchmark it through `nodeagent exec`, "
+    "and keep the changes only when significantly faster (else revert; exit 1, 2 if a benchmark failed).",
+)
+@click.option(
+    "--quick", is_flag=True, help="With --verify: the benchmark's quick mode (small data, few steps)."
+)
+@click.option(
+    "--ranks",
+    type=click.IntRange(min=1, max=limits.MAX_RANKS),
+    help="Local ranks on this node, for every tuner that plans per rank (numa-pinning, tf-threads, "
+    "pinned-memory, tf-data); default: numa-pinning.ranks when set, else one per GPU (per NUMA node "
+    "without GPUs).",
+)
+@click.option(
+    "--persist",
+    is_flag=True,
+    help="With --apply: also keep runtime values across reboots (/proc/sys keys in "
+    "/etc/sysctl.d/90-nodeagent.conf; sysfs knobs in a TuneD profile where TuneD runs), journaled.",
+)
+@format_option
+@cluster_options
+@playbook_option
+def tune(
+    root: str | None,
+    only: str | None,
+    skip: str | None,
+    sets: tuple[str, ...],
+    do_apply: bool,
+    profile_name: str,
+    verify: bool,
+    quick: bool,
+    ranks: int | None,
+    persist: bool,
+    fmt: str,
+    fleet: Fleet,
+    playbook_name: str | None,
+) -> None:
+    """Plan the changes that fix what the checks find (a dry run unless --apply).
+
+    With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
+    With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
+    Exit codes: 0 planned, applied (or kept); 1 reverted by --verify, or a change took only in part
+    (a WARN read back); 2 a change did not take, or a benchmark failed; 64 bad input; 74 the state
+    disk is full or failing (before the first write: nothing changed; later: every value restored);
+    75 another apply/revert holds the state lock (nodeagent/tuning/state.py).
+    """
+    from nodeagent import tuners
+    from nodeagent.api.tune import share_layout
+    from nodeagent.host import open_host
+
+    inv = fleet.inventory(root)
+    if inv is not None:
+        argv = ["tune", "--profile", profile_name]
+        argv += [f"--only={only}"] if only else []
+        argv += [f"--skip={skip}"] if skip else []
+        argv += [f"--set={item}" for item in sets]
+        argv += [f"--ranks={ranks}"] if ranks else []
+        argv += ["--apply"] if do_apply else []
+        argv += ["--persist"] if persist else []
+        argv += ["--verify"] if verify else []
+        argv += ["--quick"] if quick else []
+        argv += [f"--playbook={playbook_name}"] if playbook_name else []
+        _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
+
+    if verify:
+        if not do_apply:
+            raise UsageError("--verify measures, applies and measures again: give --apply too")
+        if root is not None:
+            raise UsageError("--verify benchmarks this machine: it cannot be used with --root")
+        _need_tensorflow()
+    elif quick:
+        raise UsageError("--quick sizes the benchmark of --verify: give --apply --verify too")
+    pb = load_playbook(playbook_name)
+    selected = tuners.select(ids(only) or (list(pb.tuners) if pb else []), ids(skip))
+    overrides = _settings(sets)
+    unknown = sorted(set(overrides) - {t.id for t in selected})
+    if unknown:
+        raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
+    from_playbook = pb.tuner_params if pb else {}
+    requested = {t.id: {**from_playbook.get(t.id, {}), **overrides.get(t.id, {})} for t in selected}
+    shared = share_layout(selected, requested, ranks)
+    params = {t.id: t.make_params(shared[t.id]) for t in selected}
+    import contextlib
+
+    from nodeagent.tuning.state import lock
+
+    # --persist reads the persistent files' old content while planning: hold the state lock from
+    # then on, so a concurrent apply cannot change them between that read and the journal.
+    held = lock() if do_apply and persist else contextlib.nullcontext()
+    with held, open_host(root, writable=do_apply and root is not None) as host:
+        plans = [t.run_plan(host, params[t.id]) for t in selected]
+        result = None
+        checked = None
+        persisting = None
+        if persist:
+            from nodeagent.tuning import persist as persist_mod
+
+            runtime = [c for p in plans for c in p.changes]
+            persisting = persist_mod.plan(persist_mod.collect(host), runtime)
+        if do_apply:
+            from nodeagent.tuning import apply
+
+            verifiers = {t.id: t.verify for t in selected if t.verify}
+
+            def apply_now() -> apply.ApplyResult:
+                return apply.apply(host, plans, profile_name, verifiers=verifiers, persisting=persisting)
+
+            if verify:
+                from nodeagent.bench import run
+                from nodeagent.bench import verify as bench_verify
+
+                with run.ProgressBar("tune --verify") as bar:
+                    checked = bench_verify.verify(
+                        apply_now, profile_name, quick, on_progress=bar, on_phase=bar.phase
+                    )
+                result = checked.applied
+            else:
+                result = apply_now()
+    from nodeagent.render.tune_story import tune_story
+
+    story = tune_story(
+        plans, result, checked, do_apply=do_apply, profile_name=profile_name, persisting=persisting
+    )
+    _print_tune(host.name, plans, result, fmt, checked, story, persisting)
+    from nodeagent.core.finding import worst
+
+    if checked is not None and (checked.exit_code or result is None):
+        sys.exit(checked.exit_code)
+    if result is not None:
+        sys.exit(worst(f.status for f in result.findings).exit_code)
+
+
+def _print_tune(
+    host: str,
+    plans: list[Any],
+    result: Any,
+    fmt: str,
+    checked: Any = None,
+    story: list[str] | None = None,
+    persisting: Any = None,
+) -> None:
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        doc: dict[str, Any] = {
+            "host": host,
+            "plans": [p.to_dict() for p in plans],
+            "applied": result is not None,
+        }
+        if result is not None:
+            doc["journal"] = result.journal.id if result.journal else None
+            doc["profile"] = str(result.profile_path) if result.profile_path else None
+            doc["verify"] = [f.to_dict() for f in result.findings]
+        if checked is not None:
+            doc["bench_verify"] = checked.to_dict()
+        if persisting is not None:
+            doc["persist"] = persisting.to_dict()
+        doc["story"] = story or []
+        click.echo(jsonout.dumps(doc))
+        return
+    from nodeagent.render import table
+    from nodeagent.render.literal import shown
+
+    out = table.console()
+    out.print(table.plan_table(host, plans))
+    if checked is not None:
+        from nodeagent.bench import verify as bench_verify
+
+        out.print(bench_verify.result_table(checked))
+        for note in checked.notes:
+            out.print(f"note: {shown(note)}", style="yellow")
+    out.print()
+    # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
+    out.print(table.story_lines(story or []), soft_wrap=True)
+
+
+@cli.command()
+@click.argument("journal_id", required=False)
+@click.option(
+    "--all", "revert_all", is_flag=True, help="Revert every journal not yet reverted, newest first."
+)
+@click.option("--list", "list_only", is_flag=True, help="List the journals and their states.")
+def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
+    """Restore the values an apply changed, from its journal (also after a crash).
+
+    Newest first by the journals' sequence. A value changed since the apply (by someone else) is a
+    conflict: left as it is, shown, exit 2. Exit codes: 0 every value back; 2 a conflict or a value
+    not restored; 64 bad input or a journal naming a path nodeagent does not write; 74 the state
+    disk is full; 75 another apply/revert holds the state lock.
+    """
+    from nodeagent.core.finding import worst
+    from nodeagent.render import table
+    from nodeagent.render.literal import shown
+    from nodeagent.render.tune_story import revert_story
+    from nodeagent.tuning import apply, journal
+
+    out = table.console()
+    if list_only:
+        for j in journal.all_journals():
+            host = shown(j.host.get("name", ""))  # a journal's text is data: control characters shown
+            line = f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}"
+            out.print(line, soft_wrap=True)  # one journal per line, also in a pipe
+        return
+    if revert_all == bool(journal_id):
+        raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
+    from nodeagent.tuning.state import lock
+
+    with lock():  # no apply or other revert in between (a second one waits, then exit 75)
+        targets = (
+            [j for j in reversed(journal.all_journals()) if j.state != journal.REVERTED]
+            if revert_all
+            else [journal.find(journal_id or "")]
+        )
+        for j in targets:  # a journal naming a path nodeagent does not write: refused before any write
+            apply.check_owned(j)
+        done = []
+        for j in targets:
+            before = j.state
+            done.append((j, before, apply.revert(j)))
+        left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
+    out.print(table.story_lines(revert_story(done, left)), soft_wrap=True)
+    sys.exit(worst(f.status for _, _, findings in done for f in findings).exit_code)
+
+
+def _agent_on_fleet(
+    inv: Any,
+    argv: list[str],
+    fleet: Fleet,
+    fmt: str,
+    statuses: dict[int, str] | None = None,
+    section: Any = None,
+) -> NoReturn:
+    """`nodeagent ARGV --format json` on every host; their documents gathered, side by side.
+    `section(report)`, when given, renders what the hosts returned (tune: each host's changes)."""
+    from nodeagent.cluster import command
+    from nodeagent.cluster.runner import EXIT_STATUS, AgentJob
+
+    job = AgentJob((*argv, "--format", "json"), statuses or EXIT_STATUS)
+    report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, argv[0], compare=False)
+    command.emit(report, fmt, [section(report)] if section is not None and fmt != "json" else ())
+    sys.exit(report.exit_code)
+
+
+def _fleet_tune_section(report: Any) -> Any:
+    """Each host's planned changes (target, before -> after, scope) and what its run did, like
+    Ansible's --diff: the plans are in the tune documents the hosts returned."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from nodeagent.render.tune_story import fleet_changes
+
+    docs = {name: o.doc or {} for name, o in report.outcomes.items() if o.ok}
+    lines = fleet_changes(docs)
+    parts: list[Any] = [Text(), Text("planned changes per host", style="bold underline")]
+    for line in lines:
+        style = "" if line.startswith(" ") else "bold"
+        parts.append(Text(line, style=style))
+    return Group(*parts)
+
+
+def _bench_document(bench: dict[str, Any]) -> dict[str, Any]:
+    """A benchmark as a run document (nodeagent/render/report.schema.json): no checks, the bench."""
+    import socket
+    import time
+
+    return {
+        "host": socket.gethostname(),
+        "status": "OK" if all(c["status"] != "failed" for c in bench["configs"].values()) else "FAIL",
+        "started": time.time() - bench["duration_s"],
+        "duration_s": bench["duration_s"],
+        "checks": [],
+        "findings": [],
+        "bench": bench,
+    }
+
+
+def _need_tensorflow() -> None:
+    """TensorFlow runs only in the benchmark's workers: look for it without importing it."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
+
+
+@cli.command()
+@click.option("--quick", is_flag=True, help="Small data set and few steps (a smoke test of about a minute).")
+@click.option(
+    "--profile",
+    "profile_name",
+    default="default",
+    show_default=True,
+    help="Profile the tuned config runs under, through `nodeagent exec` (absent: tuned is skipped).",
+)
+@click.option("--repeats", type=click.IntRange(min=1), help="Timed repeats in each worker process.")
+@click.option("--processes", type=click.IntRange(min=1), help="Fresh worker processes per config.")
+@format_option
+@cluster_options
+@playbook_option
+@output_option
+def bench(
+    quick: bool,
+    profile_name: str,
+    repeats: int | None,
+    processes: int | None,
+    fmt: str,
+    fleet: Fleet,
+    playbook_name: str | None,
+    outputs: tuple[str, ...],
+) -> None:
+    """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
+    against the input and compute bounds, with medians, 95% intervals and verdicts.
+
+    With --cluster or --hosts, nodeagent (with its tf extra) installed on each host runs it there.
+    Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
+    64 bad input or TensorFlow missing.
+    """
+    pb = load_playbook(playbook_name)
+    if pb is not None:  # the playbook's settings, where the command line says nothing
+        quick = quick or pb.bench.quick
+        repeats = repeats or pb.bench.repeats
+        processes = processes or pb.bench.processes
+    inv = fleet.inventory()
+    if inv is not None:
+        argv = ["bench", "--profile", profile_name]
+        argv += ["--quick"] if quick else []
+        argv += [f"--repeats={repeats}"] if repeats else []
+        argv += [f"--processes={processes}"] if processes else []
+        # bench exits 1 when a configuration failed: that host's result is a failure.
+        _agent_on_fleet(inv, argv, fleet, fmt, {0: "OK", 1: "FAIL"})
+    _need_tensorflow()
+    from nodeagent.bench import run
+
+    with run.ProgressBar() as bar:
+        result = run.run_bench(quick, profile_name, repeats, processes, on_progress=bar)
+    from nodeagent.render import jsonout
+
+    if write_outputs(outputs, jsonout.document(_bench_document(result.to_dict()))):
+        pass  # an --output FORMAT:- is what standard output carries
+    elif fmt == "json":
+        click.echo(jsonout.dumps(result.to_dict()))
+    else:
+        run.print_table(result)
+    sys.exit(1 if result.failed else 0)
+
+
+@cli.command(
+    "exec",
+    # Everything after the options is the job's own command line, its options included.
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--profile",
+    "profile_name",
+    default="default",
+    show_default=True,
+    help="Profile whose process settings apply (see `nodeagent tune --apply`); without it the job "
+    "runs unchanged, after a warning.",
+)
+@click.option(
+    "--local-rank",
+    type=click.IntRange(min=0),
+    help="This process's rank on the node (default: LOCAL_RANK, SLURM_LOCALID, "
+    "OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, HOROVOD_LOCAL_RANK, else 0).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the command, environment and binding as JSON; run nothing."
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(profile_name: str, local_rank: int | None, dry_run: bool, command: tuple[str, ...]) -> None:
+    """Run CMD with the profile's CPU/memory binding, environment and tf.data defaults.
+
+    nodeagent exec [--profile NAME] [--local-rank N] -- CMD ...  (CMD replaces nodeagent: its PID,
+    signals and exit code are the job's.)
+    """
+    from nodeagent.tuning import launcher
+
+    sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run))
+
+
+@cli.command()
+@root_option
+@click.option("--cluster", metavar="HOSTS.YML", help="The inventory the Cluster screen checks over SSH.")
+@click.option(
+    "--screen",
+    type=click.Choice(["overview", "checks", "topology", "tune", "bench", "cluster"]),
+    default=None,
+    help="The screen to start on (default: overview, or cluster with --cluster).",
+)
+@playbook_option
+def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name: str | None) -> None:
+    """The interactive TUI: overview, checks, topology, tune, benchmark and cluster screens.
+
+    With --playbook, its checks, parameters and thresholds, its tuners, and its benchmark settings."""
+    import importlib.util
+
+    if importlib.util.find_spec("textual") is None:
+        raise UsageError("the TUI needs Textual: pip install 'nodeagent[tui]'")
+    if root is not None:
+        open_root(root).close()  # a bad --root is a usage error here, not a broken screen
+    if cluster is not None:
+        from nodeagent.cluster.inventory import load
+
+        load.load_inventory(Path(cluster))  # a bad inventory: one line, exit 64, before the app
+    pb = load_playbook(playbook_name)  # a bad playbook: the same
+    from nodeagent.tui.app import make_app
+    from nodeagent.tui.backend import LocalBackend
+
+    start = screen or ("cluster" if cluster else "overview")
+    make_app(LocalBackend(root=root, inventory_path=cluster, playbook=pb), start).run()
+
+
+@cli.command("tuners")
+@click.option(
+    "--params", "show_params", is_flag=True, help="Also list each tuner's parameters: type, default, why."
+)
+def list_tuners(show_params: bool) -> None:
+    """List the available tuners (and their parameters with --params: set them with `tune --set`)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from nodeagent import tuners
+    from nodeagent.api.tune import LAYOUT_PARAMS, param_docs
+    from nodeagent.render.table import console
+
+    out = console()
+    if not show_params:
+        t = Table(show_header=True)
+        for col in ("id", "title"):
+            t.add_column(col)
+        for tuner in tuners.all_tuners():
+            t.add_row(tuner.id, tuner.title)
+        out.print(t)
+        return
+    for tuner in tuners.all_tuners():
+        out.print(Text(f"{tuner.id}: {tuner.title}", style="bold"))
+        docs = param_docs(tuner.params)
+        if not docs:
+            out.print("  (no parameters)")
+        for d in docs:
+            line = Text(f"  {tuner.id}.{d.name}: {d.type} = {d.default!r}", style="cyan")
+            if d.name in LAYOUT_PARAMS:
+                line.append("  (shared: one rank layout for every tuner)", style="dim")
+            line.append(f"\n      {d.why}", style="default")
+            out.print(line, soft_wrap=True)  # a URL cut in two no longer opens
+        out.print()
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"nodeagent: {message}", err=True)
+    sys.exit(code)
+
+
+def _quiet_libraries() -> None:
+    """Keep library logs and thread tracebacks off stderr (NODEAGENT_DEBUG=1 lets them through).
+
+    paramiko logs every failed SSH handshake at ERROR with a 20-line traceback from its transport
+    thread (logger "paramiko.transport"), and with no logging configured Python's last-resort
+    handler prints it under the fleet table, which already says in one line per host what failed.
+    A handler of its own (that drops everything) and no propagation keep it there. An exception
+    that escapes a thread is one line too, not "Exception in thread ..." and a traceback.
+    """
+    if os.environ.get("NODEAGENT_DEBUG"):
+        return
+    import logging
+    import threading
+
+    paramiko_log = logging.getLogger("paramiko")
+    if not any(isinstance(h, logging.NullHandler) for h in paramiko_log.handlers):
+        paramiko_log.addHandler(logging.NullHandler())
+    paramiko_log.propagate = False
+    threading.excepthook = _thread_error
+
+
+def _thread_error(args: Any) -> None:
+    """threading.excepthook: one line naming the thread and the error (args: ExceptHookArgs)."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    try:
+        click.echo(
+            f"nodeagent: internal error in thread {name}: {args.exc_type.__name__}: {args.exc_value} "
+            "(set NODEAGENT_DEBUG=1 for the traceback)",
+            err=True,
+        )
+    except Exception:  # at interpreter exit stderr may be gone: nothing left to tell
+        return
+
+
+register_gate_commands(cli)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: bad input is one line on stderr and exit 64, never a traceback (nor a library's:
+    see _quiet_libraries)."""
+    _quiet_libraries()
+    try:
+        return cli.main(args=argv, prog_name="nodeagent", standalone_mode=False)
+    except UsageError as e:
+        _fail(f"error: {e}", e.exit_code)
+    except click.exceptions.NoArgsIsHelpError as e:
+        click.echo(e.format_message())  # bare `nodeagent`: the help text, as --help prints it
+        sys.exit(0)
+    except click.UsageError as e:
+        hint = f" (see `nodeagent {e.ctx.command_path.split(' ', 1)[-1]} --help`)" if e.ctx else ""
+        _fail(f"error: {e.format_message()}{hint}", EX_USAGE)
+    except click.ClickException as e:
+        _fail(f"error: {e.format_message()}", EX_USAGE)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        # The reader went away (`nodeagent check | head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except Exception as e:
+        if os.environ.get("NODEAGENT_DEBUG"):
+            raise
+        _fail(
+            f"internal error: {type(e).__name__}: {e} (set NODEAGENT_DEBUG=1 for the traceback)", EX_SOFTWARE
+        )

@@ -1,0 +1,162 @@
+"""Options and helpers the command modules share (nodeagent.cli.main and nodeagent.cli.preflight)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from nodeagent.cluster import DEFAULT_PARALLEL
+from nodeagent.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from nodeagent.gate.baseline import Baseline
+    from nodeagent.gate.playbook import Playbook
+    from nodeagent.host import Host
+
+
+def ids(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def open_root(root: str | None) -> Host:
+    from nodeagent.host import open_host
+
+    return open_host(root)
+
+
+root_option = click.option(
+    "--root",
+    metavar="PATH",
+    help="Read a recorded node (snapshot .tar.gz or folder holding sys/ and proc/) instead of this machine.",
+)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+
+
+def cluster_options(f: Any) -> Any:
+    """--cluster/--hosts and how the fleet is reached (nodeagent.cluster)."""
+    options = [
+        click.option(
+            "--cluster",
+            metavar="HOSTS.YML",
+            help="Run on every host of this inventory over SSH (native or Ansible YAML).",
+        ),
+        click.option(
+            "--hosts", "hostlist", metavar="EXPR", help="Hosts as a Slurm hostlist, e.g. 'node[01-04]'."
+        ),
+        click.option(
+            "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
+        ),
+        click.option(
+            "--parallel",
+            type=click.IntRange(min=1),
+            default=DEFAULT_PARALLEL,
+            show_default=True,
+            help="Hosts handled at once.",
+        ),
+        click.option(
+            "--accept-new-host-keys",
+            is_flag=True,
+            help="Record the key of a host not yet in known_hosts (a changed key is still refused).",
+        ),
+    ]
+
+    @functools.wraps(f)
+    def gathered(
+        *args: Any,
+        cluster: str | None,
+        hostlist: str | None,
+        limit: str | None,
+        parallel: int,
+        accept_new_host_keys: bool,
+        **kwargs: Any,
+    ) -> Any:
+        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys)
+        return f(*args, fleet=fleet, **kwargs)
+
+    wrapped: Any = gathered
+    for option in reversed(options):
+        wrapped = option(wrapped)
+    return wrapped
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The options of cluster_options, as one argument."""
+
+    cluster: str | None
+    hostlist: str | None
+    limit: str | None
+    parallel: int
+    accept_new_host_keys: bool
+
+    def inventory(self, root: str | None = None) -> Any:
+        """The inventory when --cluster or --hosts was given, else None."""
+        from nodeagent.cluster import command
+
+        inv = command.load(self.cluster, self.hostlist, self.limit)
+        if inv is not None and root is not None:
+            raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
+        return inv
+
+
+playbook_option = click.option(
+    "--playbook",
+    "playbook_name",
+    metavar="NAME|PATH",
+    help="A shipped playbook (`nodeagent playbooks`) or a YAML file: which checks, thresholds, tuners.",
+)
+baseline_option = click.option(
+    "--baseline",
+    "baseline_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Flag what differs from this baseline (`nodeagent baseline save`).",
+)
+output_option = click.option(
+    "--output",
+    "outputs",
+    multiple=True,
+    metavar="FORMAT:PATH",
+    help="Also write the result as json, junit, prometheus, markdown, html, slurm or text "
+    "(repeatable). PATH is a regular file (replaced whole) or a new one, never a link, pipe or "
+    "device; '-' is standard output, which then carries only that.",
+)
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="The full table even when the output is piped (piped, only the findings that need "
+    "attention are printed, with their fixes; a terminal gets the table).",
+)
+
+
+def load_playbook(name: str | None) -> Playbook | None:
+    if name is None:
+        return None
+    from nodeagent.gate import playbook
+
+    return playbook.load_playbook(name)
+
+
+def load_baseline(path: Path | None) -> Baseline | None:
+    if path is None:
+        return None
+    from nodeagent.gate import baseline
+
+    return baseline.load(path)
+
+
+def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> bool:
+    """--output FORMAT:PATH, each parsed before any is written (a typo fails the run, not half of it).
+    True when one went to standard output (FORMAT:-): the command prints nothing else there."""
+    if not outputs:
+        return False
+    from nodeagent.render import outputs as out
+
+    return out.write_outputs(out.parse_outputs(outputs), doc)

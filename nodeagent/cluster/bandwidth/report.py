@@ -1,0 +1,108 @@
+"""The results of a bandwidth measurement: each measured direction (Link), and the report of links
+and findings that `nodeagent check --cluster --bandwidth` prints as a table or JSON.
+
+Apart from the measuring and the evaluation because both produce these and the CLI only reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.render.literal import lits, shown
+
+__all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One measured direction SRC -> DST (host names); a value is None when it was not measured."""
+
+    src: str
+    dst: str
+    tool: str  # bandwidth_tools.IPERF3 | IB_WRITE_BW
+    gbits_per_s: float | None
+    latency_ms: float | None  # ping rtt average from src to dst
+    error: str | None = None  # one line when (part of) the measurement failed
+
+    @property
+    def label(self) -> str:
+        return link_label(self.src, self.dst)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def link_label(src: str, dst: str) -> str:
+    return f"{src} -> {dst}"
+
+
+@dataclass
+class BandwidthReport:
+    links: list[Link]
+    findings: list[Finding]
+
+    def status(self) -> Status:
+        return worst(f.status for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bandwidth": {
+                "links": [link.to_dict() for link in self.links],
+                "findings": [f.to_dict() for f in self.findings],
+            }
+        }
+
+    def render(self) -> RenderableType:
+        """A table of links (status in words, so it reads the same without colour), then each finding
+        that needs attention on its own lines."""
+        from nodeagent.render.table import STYLE
+
+        statuses = link_statuses(self.links, self.findings)
+        table = Table(title=f"inter-node bandwidth: {len(self.links)} links", title_justify="left")
+        table.add_column("link", overflow="fold", ratio=1)
+        table.add_column("tool", no_wrap=True)
+        table.add_column("Gbit/s", justify="right", no_wrap=True)
+        table.add_column("latency ms", justify="right", no_wrap=True)
+        table.add_column("status", no_wrap=True)
+        for link in self.links:
+            status = statuses[link.label]
+            table.add_row(
+                *lits(link.label, link.tool, format_number(link.gbits_per_s), format_number(link.latency_ms)),
+                Text(status.value, style=STYLE[status]),
+            )
+        parts: list[RenderableType] = [table]
+        for f in sorted(self.findings, key=lambda f: -f.status.rank):
+            line = Text()
+            line.append(f"{f.status.value} ", style=STYLE[f.status])
+            line.append(shown(f"{f.check_id}/{f.subject}: "), style="bold")
+            line.append(shown(f.summary))
+            if f.status not in (Status.OK, Status.SKIPPED) and f.remediation:
+                line.append("\n  fix  ", style="bold")
+                line.append(shown(f.remediation))
+            parts.append(line)
+        return Group(*parts)
+
+
+def link_statuses(links: Sequence[Link], findings: Sequence[Finding]) -> dict[str, Status]:
+    """Each link's status: the worst finding about it (named as subject or in the evidence), else OK
+    when it has its numbers and UNKNOWN when not."""
+    out: dict[str, Status] = {}
+    for link in links:
+        measured = link.error is None and link.gbits_per_s is not None
+        status = Status.OK if measured else Status.UNKNOWN
+        about = [f.status for f in findings if f.subject == link.label or link.label in f.evidence]
+        out[link.label] = worst([status, *about])
+    return out
+
+
+def format_number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"

@@ -1,0 +1,3 @@
+"""Inventories: hosts.yml (native), Ansible inventories, Slurm-style host lists, and what loading one
+gives.
+"""

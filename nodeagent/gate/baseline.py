@@ -1,0 +1,564 @@
+"""Baselines: a known-good node (or fleet) recorded once, and what differs from it now.
+
+`save` writes the values of one or several hosts (nodeagent.cluster.fleet.host_values: the facts
+and the check findings, flattened into keys) as JSON; `load` reads it back; `compare` is pure and
+turns every difference into a WARN finding of check "baseline" (subject: the key, evidence: the
+value now, expected: the baseline's), or one OK finding when nothing differs.
+
+Hardware lost is reported at the level the playbook gives it (`lost_hardware`, WARN by default):
+- a GPU (by PCI address), an HCA or an interface gone or new is one finding about the device
+  ("HCA mlx5_1 gone"), which stands for every key of that device, every key naming it and the
+  hardware counts, rather than the dozens of keys a missing card takes with it;
+- a link whose lanes or rate dropped (a width or rate key lower than in the baseline), also when
+  the check names the link under another subject now (a narrow link gets a finding of its own,
+  where the baseline had it among the links at full width).
+
+The expected value of a key:
+- a baseline of one host: that host's value;
+- a fleet baseline: the value a strict majority of its hosts share, as the fleet comparison decides
+  it (nodeagent.cluster.fleet.compare: a host lacking the key counts as None). A key with no strict
+  majority (a fleet split in halves) sets no expectation and is not compared, and a key only one
+  host of the fleet had is that host's own (an interface, a device path), as in the fleet view.
+
+Values are equal when
+- strings, booleans and None: exactly;
+- numbers: exactly (1 == 1.0), except memory sizes (MEMORY_KEYS), within MEMORY_REL_TOL. The
+  kernel's usable memory (MemTotal, a NUMA node's MemTotal, `memory_total_mib`) is the installed
+  memory minus what the firmware and the kernel reserve (proc(5), /proc/meminfo "MemTotal"), which
+  moves by a few MiB with a BIOS or kernel update on an unchanged machine; a missing DIMM removes at
+  least 1/N of the memory of a node with N DIMMs, above 1% on any node with fewer than 100 DIMMs.
+  For a fleet baseline the expected memory size is the median of its hosts (the fleet's outlier
+  rule also measures from the median), because identical nodes that differ by a few MiB have no
+  exact majority.
+
+Left out of the comparison:
+- the status of each finding (keys ending in ".status"): the checks of this run judge every finding
+  themselves; the baseline compares the values (facts and evidence);
+- a check that did not run both then and now (`check --only kernel` against a baseline of every
+  check compares the kernel check's values and the facts, and reports no other check as missing);
+- the findings of the baseline and playbook comparisons themselves ("check.baseline.",
+  "check.playbook.");
+- readings of the moment rather than configuration (left out by fleet.host_values already);
+- what the fleet view leaves out already (fleet.EXCLUDED_KEYS, applied by host_values).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import statistics
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from nodeagent import __version__
+from nodeagent.cluster import fleet
+from nodeagent.cluster.fleet import Value
+from nodeagent.core import limits
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
+
+VERSION = 1  # of the file format; bumped on any incompatible change
+CHECK_ID = "baseline"
+
+MEMORY_KEYS = re.compile(r"mem(ory)?[._ ]?total(_mib|_kb|_bytes)?$|memory_mib$", re.IGNORECASE)
+MEMORY_REL_TOL = 0.01  # see the module docstring: firmware/kernel reservations vs one missing DIMM
+
+# Keys the comparison itself produces, and finding statuses (judged by the checks of this run).
+_OWN_KEYS = re.compile(r"^check\.(baseline|playbook)\.")
+_CHECK_KEY = re.compile(r"^check\.([^.]+)\.")
+ABSENT = "(absent)"  # a key a host does not have, or has as null: the fleet view counts both as None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The baseline's value of one key, and how many of its hosts have it (of how many)."""
+
+    value: Value
+    hosts: int
+    of: int
+    median: bool = False  # a memory size: the median of the fleet's hosts, compared within a tolerance
+
+    def describe(self, key: str) -> str:
+        shown = _show(self.value)
+        if MEMORY_KEYS.search(key) and self.value is not None:
+            shown += f" within {MEMORY_REL_TOL:.0%}"
+        if self.median:
+            return f"{shown} (median of {self.hosts} baseline hosts)"
+        if self.of == 1:
+            return shown
+        return f"{shown} (on {self.hosts} of {self.of} baseline hosts)"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a baseline expects: a value per key, the keys it cannot decide, the checks it holds."""
+
+    expected: dict[str, Expected]
+    unsettled: frozenset[str] = frozenset()  # no strict majority, or on one host of a fleet only
+    checks: frozenset[str] = frozenset()
+    # The devices of the expected values (_devices), found once: every host is compared with them.
+    devices: Mapping[tuple[str, str], str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    path: Path
+    source: str
+    recorded_at: str
+    nodeagent: str
+    hosts: Mapping[str, Mapping[str, Value]] = field(default_factory=dict)
+
+    @functools.cached_property
+    def reference(self) -> Reference:
+        """Computed once per loaded baseline: a fleet run compares every host against it."""
+        return _reference(self.hosts)
+
+    def describe(self) -> str:
+        n = len(self.hosts)
+        who = next(iter(self.hosts)) if n == 1 else f"{n} hosts"
+        return f"{self.path.name} ({who}, {self.source}, recorded {self.recorded_at})"
+
+
+# --- Saving and loading ----------------------------------------------------------------------------
+
+
+def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: str) -> None:
+    """Write the baseline: {version, nodeagent, recorded_at, source, hosts: {NAME: {key: value}}}.
+
+    Written to a temporary file beside `path`, synced, then renamed over it (os.replace, atomic on
+    POSIX): a gate reading the baseline sees the old one or the new one, never half of one.
+    """
+    if not values_by_host:
+        raise UsageError(f"{path}: no host gave values; nothing to save as a baseline")
+    doc = {
+        "version": VERSION,
+        "nodeagent": __version__,
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "hosts": {name: dict(sorted(values.items())) for name, values in sorted(values_by_host.items())},
+    }
+    text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory; give the baseline file's name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path}: the folder {path.parent} does not exist; create it first")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; other users' gates read the baseline too
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"{path}: cannot write the baseline ({e.strerror or e})") from None
+    _sync_dir(path.parent)
+
+
+def _sync_dir(folder: Path) -> None:
+    # The rename is durable once the folder is synced (fsync(2), NOTES); some filesystems refuse.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load(path: Path) -> Baseline:
+    """Read a baseline; every problem is a UsageError of one line naming the file and field."""
+    again = f"record it again with `nodeagent baseline save {path}`"
+    try:
+        text = limits.read_input_file(path, "baseline").decode("utf-8")
+    except FileNotFoundError:
+        record = f"record one with `nodeagent baseline save {path}`"
+        raise UsageError(f"{path}: no such baseline; {record}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise UsageError(f"{path}: cannot read the baseline ({why}); {again}") from None
+    try:
+        doc = limits.loads_json(text)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: line {e.lineno}: not JSON ({e.msg}); {again}") from None
+    except ValueError as e:  # nested too deeply
+        raise UsageError(f"{path}: not a nodeagent baseline: the JSON is {e}; {again}") from None
+    if not isinstance(doc, dict) or "hosts" not in doc:
+        raise UsageError(f"{path}: line 1: not a nodeagent baseline (no hosts); {again}")
+    version = doc.get("version")
+    if version != VERSION or isinstance(version, bool):
+        raise UsageError(
+            f"{path}: line {_line_of(text, 'version')}: field version is {version!r}, this nodeagent "
+            f"({__version__}) reads version {VERSION}; {again}"
+        )
+    hosts = _hosts(doc["hosts"], path, text, again)
+    return Baseline(
+        path=path,
+        source=str(doc.get("source") or "?"),
+        recorded_at=str(doc.get("recorded_at") or "?"),
+        nodeagent=str(doc.get("nodeagent") or "?"),
+        hosts=hosts,
+    )
+
+
+def _hosts(raw: Any, path: Path, text: str, again: str) -> dict[str, dict[str, Value]]:
+    if not isinstance(raw, dict) or not raw:
+        what = "empty" if isinstance(raw, dict) else f"a {type(raw).__name__}"
+        raise UsageError(
+            f"{path}: line {_line_of(text, 'hosts')}: field hosts is {what}, expected an object of "
+            f"hosts; {again}"
+        )
+    hosts: dict[str, dict[str, Value]] = {}
+    for name, values in raw.items():
+        if not isinstance(values, dict):
+            raise UsageError(
+                f"{path}: line {_line_of(text, name)}: field hosts.{name} is a {type(values).__name__}, "
+                f"expected an object of values; {again}"
+            )
+        for key, value in values.items():
+            if value is not None and not isinstance(value, str | int | float | bool):
+                line = _line_of(text, key, after=name)
+                raise UsageError(
+                    f"{path}: line {line}: field hosts.{name}.{key} is a {type(value).__name__}, "
+                    f"expected a string, number, boolean or null; {again}"
+                )
+        hosts[str(name)] = values
+    return hosts
+
+
+def _line_of(text: str, name: str, after: str | None = None) -> int:
+    """The line of the first `"name":` (after the first `"after":`), 1 when not found."""
+    start = 0
+    if after is not None:
+        found = text.find(json.dumps(after) + ":")
+        start = max(found, 0)
+    at = text.find(json.dumps(name) + ":", start)
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
+
+
+# --- The reference ---------------------------------------------------------------------------------
+
+
+def comparable(values: Mapping[str, Value]) -> dict[str, Value]:
+    """The values a baseline compares: finding statuses, the comparisons' own findings and readings
+    of the moment left out (see the module docstring)."""
+    out: dict[str, Value] = {}
+    for key, value in values.items():
+        if (key.startswith("check.") and key.endswith(".status")) or _OWN_KEYS.match(key):
+            continue
+        out[key] = value  # readings of the moment are already left out (fleet.EXCLUDED_KEYS)
+    return out
+
+
+def _checks_in(values: Mapping[str, Value]) -> set[str]:
+    return {m.group(1) for key in values if (m := _CHECK_KEY.match(key))}
+
+
+def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
+    clean = {name: comparable(values) for name, values in hosts.items()}
+    checks = frozenset(c for values in clean.values() for c in _checks_in(values))
+    if len(clean) == 1:
+        (only,) = clean.values()
+        return Reference(
+            {k: Expected(v, 1, 1) for k, v in only.items()}, checks=checks, devices=_devices(only)
+        )
+    total = len(clean)
+    seen: dict[str, int] = {}
+    for values in clean.values():
+        for key in values:
+            seen[key] = seen.get(key, 0) + 1
+    # The fleet comparison decides each key's majority; a key absent from its drift is one every
+    # host has alike. Keys on one host only are not compared there, nor here.
+    drift = {d.key: d for d in fleet.compare(clean).drift}
+    expected: dict[str, Expected] = {}
+    unsettled = {key for key, n in seen.items() if n < 2}
+    for key in (k for k, n in seen.items() if n >= 2):
+        numbers = [v for values in clean.values() if _is_number(v := values.get(key))]
+        if MEMORY_KEYS.search(key) and 2 * len(numbers) > total:
+            expected[key] = Expected(statistics.median(numbers), len(numbers), total, median=True)
+            continue
+        d = drift.get(key)
+        if d is None:
+            value = next(values[key] for values in clean.values() if key in values)
+            expected[key] = Expected(value, total, total)
+        elif d.majority_hosts:
+            expected[key] = Expected(d.majority, d.majority_hosts, total)
+        else:
+            unsettled.add(key)
+    devices = _devices({k: e.value for k, e in expected.items()})
+    return Reference(expected, frozenset(unsettled), checks, devices)
+
+
+# --- Comparing -------------------------------------------------------------------------------------
+
+
+def compare(
+    baseline: Baseline, values: Mapping[str, Value], host: str, devices: Status = Status.WARN
+) -> list[Finding]:
+    """What differs between `values` (fleet.host_values of one host) and the baseline: one finding
+    per device gone or new (at `devices`, see `_device_changes`), one WARN per other key that
+    differs, is missing or is new; one OK finding when nothing does."""
+    ref = baseline.reference
+    now = comparable(values)
+    both = ref.checks & _checks_in(now)
+    changes = _device_changes(ref.devices, _devices(now))
+    findings = [_device_finding(c, devices, baseline, host) for c in changes]
+    moved = _moved_links(ref.expected, now)
+    for then, key in moved.items():
+        if not _equal(key, ref.expected[then], now.get(key)):
+            findings.append(_changed(key, now, ref.expected[then], devices, baseline, host))
+    compared = 0
+    for key in sorted(set(ref.expected) | set(now)):
+        check = _CHECK_KEY.match(key)
+        if (check is not None and check.group(1) not in both) or key in ref.unsettled:
+            continue
+        compared += 1
+        if any(c.explains(key) for c in changes) or key in moved or key in moved.values():
+            continue
+        expected = ref.expected.get(key)
+        if expected is None:
+            if now[key] is not None:  # a null value is an absent one, as in the fleet view
+                findings.append(_new(key, now[key], baseline, host))
+        elif not _equal(key, expected, now.get(key)):
+            findings.append(_changed(key, now, expected, devices, baseline, host))
+    if findings:
+        return findings
+    skipped = (
+        f"; {len(ref.unsettled)} not compared (no majority, or on one baseline host only)"
+        if ref.unsettled
+        else ""
+    )
+    return [
+        Finding(
+            CHECK_ID,
+            Status.OK,
+            f"{compared} values as in the baseline {baseline.describe()}{skipped}",
+            {"baseline": str(baseline.path)},
+            expected="every value as in the baseline",
+            subject="all",
+            host=host,
+        )
+    ]
+
+
+# --- Devices gone or new ---------------------------------------------------------------------------
+
+# The device lists of the facts document, how host_values labels their entries, and what an
+# operator calls one: GPUs by PCI address (their labels are driver indices, which shift when one
+# is lost), RDMA ports by their HCA, interfaces by name.
+_DEVICE_SECTIONS = {"gpus": "GPU", "rdma": "HCA", "nics": "interface"}
+_DRIVER_INDEX = re.compile(r"\bGPU\d+\b")  # nvidia-smi's and NVML's index in evidence keys
+_DEVICE_KEY = re.compile(r"^(gpus|rdma|nics)\[([^\]]*)\]\.(.+)$")
+
+
+@dataclass(frozen=True)
+class DeviceChange:
+    kind: str  # "GPU", "HCA", "interface"
+    name: str  # 0000:82:00.0, mlx5_1, ib1
+    gone: bool  # False: new since the baseline
+    detail: str  # the model, where the facts name it
+    section: str
+
+    def explains(self, key: str) -> bool:
+        """Whether a differing key is part of this change: the device's own keys (for GPUs every
+        GPU key, whose index labels shift), keys naming the device, and the hardware counts."""
+        if key.startswith("hardware."):
+            return True
+        m = _DEVICE_KEY.match(key)
+        if m is not None and m.group(1) == self.section:
+            return self.section == "gpus" or _device_name(m.group(1), m.group(2)) == self.name
+        if self.section == "gpus" and _DRIVER_INDEX.search(key):
+            return True  # the driver renumbers the GPUs after the lost one: "GPU3" is now "GPU2"
+        return re.search(rf"(?<![\w:]){re.escape(self.name)}(?![\w:])", key) is not None
+
+
+def _device_name(section: str, label: str) -> str:
+    return label.split("/", 1)[0] if section == "rdma" else label
+
+
+def _devices(values: Mapping[str, Value]) -> dict[tuple[str, str], str]:
+    """(section, device name) -> detail, for every device in `values`."""
+    out: dict[tuple[str, str], str] = {}
+    labels: dict[tuple[str, str], dict[str, Value]] = {}
+    for key, value in values.items():
+        m = _DEVICE_KEY.match(key)
+        if m is not None:
+            labels.setdefault((m.group(1), m.group(2)), {})[m.group(3)] = value
+    for (section, label), fields in labels.items():
+        if section == "gpus":
+            name = str(fields.get("pci_address") or label)
+            out[(section, name)] = str(fields.get("product_name") or fields.get("vendor") or "")
+        else:
+            out.setdefault((section, _device_name(section, label)), str(fields.get("hca_type") or ""))
+    return out
+
+
+def _device_changes(
+    before: Mapping[tuple[str, str], str], after: Mapping[tuple[str, str], str]
+) -> list[DeviceChange]:
+    return [
+        DeviceChange(_DEVICE_SECTIONS[section], name, gone, detail, section)
+        for gone, (a, b) in ((True, (before, after)), (False, (after, before)))
+        for (section, name), detail in sorted(a.items())
+        if (section, name) not in b
+    ]
+
+
+def _device_finding(c: DeviceChange, status: Status, baseline: Baseline, host: str) -> Finding:
+    what = f"{c.kind} {c.name}" + (f" ({c.detail})" if c.detail else "")
+    if c.gone:
+        summary = f"{what} gone: in the baseline, not on this node"
+        remediation = (
+            f"A {c.kind} that vanished fell off the bus, lost its driver or failed: check "
+            "`dmesg` for the device (Xid 79, link down, firmware errors), reseat or replace it; "
+            "if it was removed on purpose, record the baseline again with `nodeagent baseline save`."
+        )
+    else:
+        summary = f"{what} new since the baseline"
+        remediation = (
+            "If the device was added on purpose, record the baseline again (`nodeagent baseline save`)."
+        )
+    return Finding(
+        CHECK_ID,
+        status,
+        summary,
+        {f"{c.section}[{c.name}]": "(absent)" if c.gone else "present"},
+        expected=f"{'present' if c.gone else 'absent'}, as in {baseline.path.name}",
+        remediation=remediation,
+        subject=f"{c.kind} {c.name}",
+        host=host,
+    )
+
+
+def _equal(key: str, expected: Expected, now: Value) -> bool:
+    want = expected.value
+    if isinstance(want, bool) or isinstance(now, bool):
+        return type(want) is type(now) and want == now
+    if _is_number(want) and _is_number(now):
+        if MEMORY_KEYS.search(key):
+            return math.isclose(want, now, rel_tol=MEMORY_REL_TOL)
+        return want == now or (math.isnan(want) and math.isnan(now))
+    return type(want) is type(now) and want == now
+
+
+def _is_number(v: Value) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+_REMEDIATION = (
+    "Find what changed on this node (a driver, kernel, firmware or setting update, a part missing or "
+    "replaced); if the change is intended, record the baseline again with `nodeagent baseline save`."
+)
+
+
+# A link's lanes or rate: lower than in the baseline is hardware lost (a lane, a cable), judged at the
+# playbook's device level. sysfs widths and rates are numbers; the driver's are text like "8x".
+_LINK_KEY = re.compile(r"(^|[._/\]])(width|current_link_width|rate_gbps|speed_gts)$")
+_LEADING_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)")
+
+
+# Where a link's evidence comes from, after the finding's subject: the subject of a link changes
+# with its verdict (a check groups links at full width in one finding and names a narrow one on its
+# own), so the same link's width can move from one key to another.
+_LINK_SOURCE = re.compile(r"^check\.([^.]+)\..*?\.((?:/sys/|nvidia-smi |NVML).*)$")
+
+
+def _moved_links(expected: Mapping[str, Expected], now: Mapping[str, Value]) -> dict[str, str]:
+    """Baseline key -> key now, for link keys that name the same link under another subject."""
+    gone = {_link_source(k): k for k in expected if k not in now and _LINK_KEY.search(k)}
+    out: dict[str, str] = {}
+    for key in now:
+        if key in expected or not _LINK_KEY.search(key):
+            continue
+        source = _link_source(key)
+        if source is not None and source in gone:
+            out[gone.pop(source)] = key
+    return out
+
+
+def _link_source(key: str) -> tuple[str, str] | None:
+    m = _LINK_SOURCE.match(key)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _changed(
+    key: str, now: Mapping[str, Value], expected: Expected, devices: Status, baseline: Baseline, host: str
+) -> Finding:
+    """A value that differs: at the device level when it is a link that lost lanes or rate."""
+    status = devices if _link_dropped(key, expected.value, now.get(key)) else Status.WARN
+    return _differs(key, now, expected, baseline, host, status)
+
+
+def _link_dropped(key: str, then: Value, now: Value) -> bool:
+    if _LINK_KEY.search(key) is None:
+        return False
+    a, b = _link_number(then), _link_number(now)
+    return a is not None and b is not None and b < a
+
+
+def _link_number(value: Value) -> float | None:
+    if _is_number(value):
+        return float(value)
+    m = _LEADING_NUMBER.match(value) if isinstance(value, str) else None
+    return float(m.group(1)) if m else None
+
+
+def _differs(
+    key: str,
+    now: Mapping[str, Value],
+    expected: Expected,
+    baseline: Baseline,
+    host: str,
+    status: Status = Status.WARN,
+) -> Finding:
+    value = now.get(key)
+    if value is None:
+        summary = f"{key} is absent; the baseline has {_show(expected.value)}"
+    elif expected.value is None:
+        summary = f"{key} is {_show(value)}; absent in the baseline"
+    else:
+        summary = f"{key} is {_show(value)}; the baseline has {_show(expected.value)}"
+    return Finding(
+        CHECK_ID,
+        status,
+        summary,
+        {key: _show(value)},
+        expected=f"{expected.describe(key)}, as in {baseline.path.name}",
+        remediation=_REMEDIATION,
+        subject=key,
+        host=host,
+    )
+
+
+def _new(key: str, value: Value, baseline: Baseline, host: str) -> Finding:
+    return Finding(
+        CHECK_ID,
+        Status.WARN,
+        f"{key} is {_show(value)}, new since the baseline",
+        {key: _show(value)},
+        expected=f"absent, as in {baseline.path.name}",
+        remediation=_REMEDIATION,
+        subject=key,
+        host=host,
+    )
+
+
+def _show(v: Value) -> str:
+    if v is None:
+        return ABSENT
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return str(v) if str(v) else '""'

@@ -1,0 +1,158 @@
+"""Checks run as a playbook says, and the pre-flight verdict: may this node run the job?
+
+`run` is what `nodeagent check --playbook` and `nodeagent preflight` share: the playbook's checks
+with its parameters, within a time budget (nodeagent.core.pool: a check still running at the budget,
+or not started by then, is reported UNKNOWN and named, never waited for), then the playbook's
+thresholds and the baseline's comparison on the node's values (nodeagent.cluster.fleet.host_values)
+as findings of their own. `verdict` turns the worst status into allowed or refused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nodeagent import engine
+from nodeagent.core.finding import Finding, Status
+
+if TYPE_CHECKING:
+    from nodeagent.api.check import Check
+    from nodeagent.gate.baseline import Baseline
+    from nodeagent.gate.playbook import Playbook
+    from nodeagent.host import Host
+
+# Statuses that refuse the node, per --fail-on. UNKNOWN refuses in both: a gate that could not see
+# (a check that crashed, or was cut at the budget) must not pass a node silently.
+REFUSING = {
+    "fail": (Status.FAIL, Status.UNKNOWN),
+    "warn": (Status.FAIL, Status.UNKNOWN, Status.WARN),
+}
+DEFAULT_BUDGET_S = 10.0  # without --budget and without one in the playbook
+
+
+def selected_checks(pb: Playbook | None, only: list[str], skip: list[str]) -> list[Check[Any, Any]]:
+    """The checks to run: --only/--skip, within the playbook's checks when there is one."""
+    from nodeagent import checks
+    from nodeagent.core.errors import UsageError
+
+    # A playbook's own list may name on-demand checks (gpu-training's dcgm-diag), which a plain
+    # selection leaves out.
+    chosen = checks.select(only or (list(pb.checks) if pb is not None else []), skip)
+    if pb is None or not pb.checks:
+        return chosen
+    outside = [c.id for c in chosen if c.id not in pb.checks and only and c.id in only]
+    if outside:
+        raise UsageError(f"--only {outside[0]}: not a check of playbook {pb.name} ({', '.join(pb.checks)})")
+    return [c for c in chosen if c.id in pb.checks]
+
+
+def check_params(pb: Playbook | None, selected: list[Check[Any, Any]]) -> dict[str, Any]:
+    overrides: Mapping[str, Mapping[str, Any]] = pb.check_params if pb is not None else {}
+    return {c.id: c.make_params(dict(overrides.get(c.id, {}))) for c in selected}
+
+
+def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
+    """The node's comparable values: its facts and its findings, flattened (fleet.host_values).
+    No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
+    needed it has run it already, and its findings carry what it saw."""
+    from nodeagent.cluster import fleet
+    from nodeagent.facts import node
+
+    return fleet.host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
+
+
+def lost_hardware(pb: Playbook | None) -> Status:
+    """The level of hardware lost against the baseline or the fleet: the playbook's, else WARN."""
+    return Status.FAIL if pb is not None and pb.lost_hardware == "fail" else Status.WARN
+
+
+def extra_results(
+    values: Mapping[str, Any], pb: Playbook | None, baseline: Baseline | None, host_name: str
+) -> list[engine.CheckResult]:
+    """The playbook's thresholds and the baseline's comparison on a node's values, as two results."""
+    out: list[engine.CheckResult] = []
+    if pb is not None and pb.thresholds:
+        from nodeagent.gate import thresholds as rules
+
+        start = time.perf_counter()
+        found = rules.evaluate(pb.thresholds, values, host_name)
+        out.append(_extra("playbook", f"thresholds of playbook {pb.name}", found, start))
+    if baseline is not None:
+        from nodeagent.gate import baseline as baselines
+
+        start = time.perf_counter()
+        found = baselines.compare(baseline, values, host_name, lost_hardware(pb))
+        out.append(_extra("baseline", "differences from the baseline", found, start))
+    return out
+
+
+def run(
+    host: Host,
+    pb: Playbook | None,
+    selected: list[Check[Any, Any]],
+    timeout_s: float,
+    budget_s: float | None = None,
+    baseline: Baseline | None = None,
+) -> engine.Report:
+    """The checks, then the playbook's thresholds and the baseline comparison as two more results."""
+    report = engine.run_report(
+        host, selected, check_params(pb, selected), timeout_s=timeout_s, budget_s=budget_s
+    )
+    if (pb is None or not pb.thresholds) and baseline is None:
+        return report
+    start = time.perf_counter()
+    report.results += extra_results(values_of(host, report), pb, baseline, host.name)
+    report.duration_s += time.perf_counter() - start
+    return report
+
+
+def _extra(cid: str, title: str, findings: list[Finding], start: float) -> engine.CheckResult:
+    return engine.CheckResult(cid, title, findings, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    fail_on: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "fail_on": self.fail_on, "reason": self.reason}
+
+
+def verdict(report: engine.Report, fail_on: str) -> Verdict:
+    refusing = REFUSING[fail_on]
+    bad = [f for f in report.findings if f.status in refusing]
+    if not bad:
+        return Verdict(
+            True, fail_on, f"no finding at {'/'.join(s.value for s in refusing)}: the node may run the job"
+        )
+    cut = [r.check_id for r in report.results if r.timed_out]
+    first = sorted(bad, key=lambda f: -f.status.rank)[0]
+    counts = ", ".join(
+        f"{n} {s.value}"
+        for s in sorted(set(refusing), key=lambda s: -s.rank)
+        if (n := sum(f.status is s for f in bad))
+    )
+    reason = f"{counts}; first: {first.check_id}: {first.summary}"
+    if cut:
+        reason += f"; cut at the time limit: {', '.join(cut)}"
+    return Verdict(False, fail_on, reason)
+
+
+def document(
+    report: engine.Report, pb: Playbook | None, budget_s: float | None, v: Verdict | None
+) -> dict[str, Any]:
+    """The run's JSON document (nodeagent/render/report.schema.json): the report, and the gate's
+    playbook, budget, the checks cut at it, and the verdict when there is one."""
+    doc = report.to_dict()
+    if pb is not None:
+        doc["playbook"] = pb.name
+    if budget_s is not None:
+        doc["budget_s"] = budget_s
+    doc["timed_out"] = [r.check_id for r in report.results if r.timed_out]
+    if v is not None:
+        doc["verdict"] = v.to_dict()
+    return doc

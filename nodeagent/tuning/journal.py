@@ -1,0 +1,202 @@
+"""The journal: every old value, on disk before the first write, so `nodeagent revert` restores a
+node after a crash at any point of an apply.
+
+One JSON file per apply under <state>/journal/. Its `state` moves applying -> applied (or
+rolled-back when a write failed and was undone) -> reverted. Reverting writes the old values back
+in reverse order; doing it twice writes the same values twice, so it is idempotent, and a revert
+that was itself interrupted is simply run again.
+
+Journals are ordered by `seq`, a counter kept in <state>/sequence and taken under the state
+folder's lock (nodeagent/tuning/state.py), never by the clock: two applies within one second (or with the
+clock set back between them) are still undone newest first by `revert --all`. Journals written
+before `seq` existed have 0 and sort first, by their time.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeagent.core.errors import UsageError
+from nodeagent.tuning.state import StateDiskError, lock, state_dir, write_atomic
+
+APPLYING, APPLIED, ROLLED_BACK, REVERTED = "applying", "applied", "rolled-back", "reverted"
+
+
+@dataclass
+class JournalWrite:
+    path: str
+    before: str
+    after: str
+    tuner: str
+    # What the file held right after the write when that is not `after` (the kernel gave fewer huge
+    # pages than asked): revert takes that value as the apply's own too, not as someone else's.
+    got: str | None = None
+
+
+@dataclass
+class JournalFile:
+    """A whole file nodeagent replaced: its previous content, None when it was absent (revert then
+    removes it). In `files`, a file of this machine's state folder (a profile); in `host_files`, a
+    file of the tuned host, written and restored through the Host (--persist: /etc/sysctl.d, TuneD)."""
+
+    path: str
+    before: str | None
+    # What nodeagent wrote, so that revert leaves alone a file someone changed since; None in older
+    # journals (then it is not checked).
+    after: str | None = None
+
+
+@dataclass
+class Journal:
+    id: str
+    host: dict[
+        str, str
+    ]  # how to reopen the host on revert: {"kind": "local"} or {"kind": "snapshot", "source": ...}
+    created: str
+    state: str
+    writes: list[JournalWrite] = field(default_factory=list)
+    files: list[JournalFile] = field(default_factory=list)
+    profile: str | None = None
+    host_files: list[JournalFile] = field(default_factory=list)
+    # Folders of the host an apply created for its host_files; revert removes them when empty.
+    host_dirs: list[str] = field(default_factory=list)
+    # Nanoseconds since the epoch: orders journals of the same second (ids and `created` have whole
+    # seconds), so `revert --all` undoes two quick applies newest first. 0 in older journals.
+    created_ns: int = 0
+    # The order of applies on this machine (1, 2, ...: <state>/sequence, taken under the state
+    # lock): what `revert --all` goes by, newest first. 0 in journals older than it.
+    seq: int = 0
+    path: Path = field(default=Path(), repr=False)
+
+    def save(self) -> None:
+        doc = {k: v for k, v in asdict(self).items() if k != "path"}
+        write_atomic(self.path, json.dumps(doc, indent=2) + "\n")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "path"} | {"file": str(self.path)}
+
+
+def journal_dir(base: Path | None = None) -> Path:
+    return (base or state_dir()) / "journal"
+
+
+def create(
+    host: dict[str, str],
+    writes: list[JournalWrite],
+    files: list[JournalFile],
+    profile: str | None,
+    base: Path | None = None,
+    host_files: list[JournalFile] | None = None,
+    host_dirs: list[str] | None = None,
+) -> Journal:
+    """Write a new journal (state "applying") to disk, durably, and return it. Takes the state lock
+    (re-entrant: apply holds it already) for its sequence number."""
+    folder = base or state_dir()
+    with lock(folder):
+        return _create(host, writes, files, profile, folder, host_files, host_dirs)
+
+
+SEQUENCE = "sequence"
+
+
+def _next_seq(base: Path) -> int:
+    """The next sequence number: one past the counter file and past every journal's (so a lost or
+    damaged counter still orders after what is there). Call under the lock."""
+    counter = base / SEQUENCE
+    try:
+        last = int(counter.read_text().strip() or 0)
+    except (OSError, ValueError):
+        last = 0
+    folder = journal_dir(base)
+    for p in folder.glob("*.json") if folder.is_dir() else []:
+        try:
+            last = max(last, int(json.loads(p.read_text()).get("seq", 0)))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    write_atomic(counter, f"{last + 1}\n")
+    return last + 1
+
+
+def _create(
+    host: dict[str, str],
+    writes: list[JournalWrite],
+    files: list[JournalFile],
+    profile: str | None,
+    base: Path,
+    host_files: list[JournalFile] | None,
+    host_dirs: list[str] | None,
+) -> Journal:
+    now_ns = time.time_ns()
+    now = time.gmtime(now_ns // 1_000_000_000)
+    jid = time.strftime("%Y%m%dT%H%M%SZ", now) + "-" + secrets.token_hex(3)
+    j = Journal(
+        id=jid,
+        host=host,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", now),
+        created_ns=now_ns,
+        state=APPLYING,
+        writes=writes,
+        files=files,
+        profile=profile,
+        host_files=list(host_files or []),
+        host_dirs=list(host_dirs or []),
+        path=journal_dir(base) / f"{jid}.json",
+    )
+    try:
+        j.seq = _next_seq(base)
+        j.save()
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            name = errno.errorcode.get(e.errno or 0, "?")
+            raise StateDiskError(
+                f"state disk {'error' if e.errno == errno.EIO else 'full'} ({name}) at {j.path.parent}: "
+                "cannot write the journal; nothing was changed; free space and apply again"
+            ) from None
+        raise UsageError(
+            f"{j.path.parent}: cannot write the journal ({e.strerror or e}); nothing was changed"
+        ) from None
+    return j
+
+
+def load(path: Path) -> Journal:
+    try:
+        doc = json.loads(path.read_text())
+        return Journal(
+            id=doc["id"],
+            host=doc["host"],
+            created=doc["created"],
+            state=doc["state"],
+            writes=[JournalWrite(**w) for w in doc["writes"]],
+            files=[JournalFile(**f) for f in doc["files"]],
+            profile=doc.get("profile"),
+            # Journals written before --persist existed have neither.
+            host_files=[JournalFile(**f) for f in doc.get("host_files", [])],
+            host_dirs=list(doc.get("host_dirs", [])),
+            created_ns=int(doc.get("created_ns", 0)),
+            seq=int(doc.get("seq", 0)),
+            path=path,
+        )
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{path}: not a readable nodeagent journal ({e}); move it aside") from None
+
+
+def all_journals(base: Path | None = None) -> list[Journal]:
+    """Every journal, oldest first: by sequence number (journals without one first, by time)."""
+    folder = journal_dir(base)
+    journals = [load(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return sorted(journals, key=lambda j: (j.seq, j.created, j.created_ns, j.id))
+
+
+def find(jid: str, base: Path | None = None) -> Journal:
+    matches = [j for j in all_journals(base) if j.id == jid or j.id.startswith(jid)]
+    if len(matches) != 1:
+        known = ", ".join(j.id for j in all_journals(base)[-5:]) or "none"
+        what = "no journal" if not matches else "more than one journal"
+        raise UsageError(f"{what} matches {jid!r} in {journal_dir(base)} (latest: {known})")
+    return matches[0]

@@ -1,0 +1,549 @@
+"""`nodeagent exec`: run a training job with the process-scope settings of a tuned profile.
+
+The job replaces nodeagent (execve), so its PID, signals and exit code are the job's own, as Slurm,
+torchrun and mpirun expect of the command they start. What is prepared before the exec:
+
+- the local rank: --local-rank, else LOCAL_RANK (torchrun), SLURM_LOCALID (srun),
+  OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH/Intel MPI, Hydra);
+- the environment: ours + profile "env" + profile "rank_env"[rank] + the rank's own "env";
+- CPU and memory binding of the rank: `numactl --physcpubind --membind` when numactl is on PATH,
+  else sched_setaffinity(2) and set_mempolicy(2) on this process; both survive execve(2)
+  (sched_setaffinity(2) and set_mempolicy(2), NOTES: "preserved across an execve");
+- a CPU wake-up latency limit held open on /dev/cpu_dma_latency for the life of the job
+  (Documentation/power/pm_qos_interface.rst: the request lasts while the file stays open);
+- the tf.data hook: nodeagent/hooks on PYTHONPATH (a `sitecustomize` that sets default
+  tf.data options) with the options in NODEAGENT_TF_DATA_OPTIONS.
+
+Every failure the user can fix is a UsageError: one line, exit 64, never a traceback. A profile that
+does not exist is not one: the job runs unchanged after a warning (see `run`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import platform
+import resource
+import shutil
+import struct
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
+from nodeagent.tuning import profile
+
+# Where launchers put the rank of a process on its node, most specific first.
+# HOROVOD_LOCAL_RANK: horovodrun in Gloo mode sets only this one.
+RANK_VARS = (
+    "LOCAL_RANK",
+    "SLURM_LOCALID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "HOROVOD_LOCAL_RANK",
+)
+HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
+TF_DATA_ENV = "NODEAGENT_TF_DATA_OPTIONS"
+DMA_LATENCY_ENV = "NODEAGENT_CPU_DMA_LATENCY_FD"  # tells the job which fd holds the request
+DMA_LATENCY_DEV = "/dev/cpu_dma_latency"
+NODE_ONLINE = "/sys/devices/system/node/online"
+
+# include/uapi/linux/mempolicy.h
+MPOL_BIND = 2
+# arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h (arm64)
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+_ULONG_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
+
+EX_NOTFOUND = 127  # as env(1) and shells exit when the command does not exist
+EX_NOEXEC = 126  # ... and when it cannot be executed
+
+
+@dataclass
+class Launch:
+    """Everything `nodeagent exec` does before the exec, decided without side effects."""
+
+    profile_path: str
+    command: list[str]  # the user's command
+    argv: list[str]  # what is executed (numactl ... -- command, or the command)
+    env: dict[str, str]
+    rank: int
+    rank_source: str  # "--local-rank", a variable name, or "default"
+    cpus: list[int] | None
+    mems: list[int] | None  # NUMA nodes memory is bound to (one: the rank's node)
+    binding: str  # "numactl", "syscalls" or "none"
+    dma_latency_us: int | None
+    tf_data: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    memlock_soft: int | None = None  # bytes, or resource.RLIM_INFINITY; the pinned-memory tuner's
+
+    def env_diff(self, base: Mapping[str, str]) -> dict[str, Any]:
+        changed = {k: v for k, v in sorted(self.env.items()) if base.get(k) != v}
+        return {"set": changed, "unset": sorted(k for k in base if k not in self.env)}
+
+    def to_dict(self, base: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "profile": self.profile_path,
+            "rank": self.rank,
+            "rank_source": self.rank_source,
+            "argv": self.argv,
+            "env": self.env_diff(base),
+            "affinity": self.cpus,
+            "affinity_list": None if self.cpus is None else parse.format_cpulist(self.cpus),
+            "memory_policy": None if self.mems is None else {"mode": "bind", "nodes": self.mems},
+            "binding": self.binding,
+            "cpu_dma_latency_us": self.dma_latency_us,
+            "memlock_soft": None
+            if self.memlock_soft is None
+            else ("unlimited" if self.memlock_soft == resource.RLIM_INFINITY else self.memlock_soft),
+            "tf_data": self.tf_data,
+            "notes": self.notes,
+        }
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What this machine allows, read once (the pure part of the launcher takes it as data)."""
+
+    online_cpus: list[int] | None
+    cpuset: list[int] | None  # the cgroup cpuset that applies to us
+    cpuset_source: str | None
+    numa_nodes: list[int] | None  # None: a kernel without NUMA (CONFIG_NUMA=n): all memory is node 0
+    mems_allowed: list[int] | None
+    arch: str
+
+
+def read_machine() -> Machine:
+    from nodeagent.facts import cgroup
+    from nodeagent.host import LocalHost
+
+    cg = cgroup.collect(LocalHost())
+    nodes: list[int] | None
+    try:
+        nodes = parse.cpulist(Path(NODE_ONLINE).read_text())
+    except (OSError, ValueError):
+        nodes = None
+    return Machine(cg.online or None, cg.cpuset, cg.cpuset_source, nodes, cg.mems_allowed, platform.machine())
+
+
+# -- deciding (pure) -----------------------------------------------------------------------------
+
+
+def pick_rank(explicit: int | None, environ: Mapping[str, str]) -> tuple[int | None, str]:
+    """The local rank and where it came from; (None, "default") when nothing says."""
+    if explicit is not None:
+        return explicit, "--local-rank"
+    for var in RANK_VARS:
+        raw = environ.get(var, "").strip()
+        if not raw:
+            continue
+        if not raw.isdigit():
+            raise UsageError(
+                f"{var}={raw!r} is not a local rank (a number from 0); fix it or pass --local-rank"
+            )
+        return int(raw), var
+    return None, "default"
+
+
+def _corrupt(path: str, what: str) -> UsageError:
+    return UsageError(f"{path}: {what}; recreate the profile with `nodeagent tune --apply`")
+
+
+def _env_block(path: str, where: str, block: Any) -> dict[str, str | None]:
+    """A profile environment block; values are strings, numbers or booleans (null unsets)."""
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise _corrupt(path, f"{where} is not an object of variables")
+    out: dict[str, str | None] = {}
+    for key, value in block.items():
+        if not isinstance(key, str) or not key or "=" in key or "\x00" in key:
+            raise _corrupt(path, f"{where} has an invalid variable name {key!r}")
+        if value is None:
+            out[key] = None
+        elif isinstance(value, bool):
+            out[key] = "1" if value else "0"
+        elif isinstance(value, (str, int, float)):
+            text = str(value)
+            if "\x00" in text:
+                raise _corrupt(path, f"{where}.{key} holds a NUL byte")
+            out[key] = text
+        else:
+            raise _corrupt(path, f"{where}.{key} is not a string or number")
+    return out
+
+
+def _cpus(path: str, where: str, value: Any) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            cpus = parse.cpulist(value)
+        elif isinstance(value, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in value):
+            cpus = sorted(set(value))
+            if any(c < 0 for c in cpus):
+                raise ValueError(value)
+        else:
+            raise ValueError(value)
+    except ValueError:
+        raise _corrupt(path, f"{where}.cpus {value!r} is not a CPU list") from None
+    if not cpus:
+        raise _corrupt(path, f"{where}.cpus is empty")
+    return cpus
+
+
+def _rank_entry(path: str, doc: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    ranks = doc.get("ranks")
+    if ranks is None or ranks == []:
+        return None
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+        raise _corrupt(path, "ranks is not a list of objects")
+    by_id: dict[int, dict[str, Any]] = {}
+    for i, entry in enumerate(ranks):
+        lr = entry.get("local_rank", i)
+        if not isinstance(lr, int) or isinstance(lr, bool) or lr < 0 or lr in by_id:
+            raise _corrupt(path, f"ranks[{i}].local_rank {lr!r} is not a distinct rank number")
+        by_id[lr] = entry
+    if rank not in by_id:
+        known = parse.format_cpulist(by_id)
+        raise UsageError(
+            f"local rank {rank} is not in profile {doc.get('name', '?')!r} ({path}), which has "
+            f"rank(s) {known}; re-plan the ranks with `nodeagent tune --apply`"
+        )
+    return by_id[rank]
+
+
+def prepare(
+    doc: dict[str, Any],
+    path: str,
+    command: list[str],
+    explicit_rank: int | None,
+    environ: Mapping[str, str],
+    machine: Machine,
+    which: Callable[[str, str | None], str | None] = lambda name, p: shutil.which(name, path=p),
+) -> Launch:
+    """The launch a profile asks for, checked against what this machine allows."""
+    if not command:
+        raise UsageError("give the command to run after `--`, e.g. nodeagent exec -- python train.py")
+    notes: list[str] = []
+    rank, source = pick_rank(explicit_rank, environ)
+    ranks = doc.get("ranks")
+    if rank is None:
+        rank = 0
+        if isinstance(ranks, list) and len(ranks) > 1:
+            notes.append(
+                f"no local rank given (--local-rank, {', '.join(RANK_VARS)}): running as rank 0 "
+                f"of {len(ranks)}"
+            )
+    entry = _rank_entry(path, doc, rank)
+
+    env: dict[str, str] = dict(environ)
+    rank_env = doc.get("rank_env")
+    if rank_env is not None and not isinstance(rank_env, dict):
+        raise _corrupt(path, "rank_env is not an object of ranks")
+    blocks = [
+        ("env", doc.get("env")),
+        (f"rank_env.{rank}", (rank_env or {}).get(str(rank))),
+        (f"ranks[{rank}].env", (entry or {}).get("env")),
+    ]
+    for where, block in blocks:
+        for key, value in _env_block(path, where, block).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+
+    cpus = _cpus(path, f"ranks[{rank}]", (entry or {}).get("cpus"))
+    mems = _mems(path, f"ranks[{rank}]", entry or {})
+    if cpus is not None:
+        _check_cpus(rank, cpus, machine)
+    if mems is not None:
+        mems = _check_mems(rank, mems, machine, notes)
+
+    launcher = doc.get("launcher") or {}
+    if not isinstance(launcher, dict):
+        raise _corrupt(path, "launcher is not an object")
+    latency = launcher.get("cpu_dma_latency_us")
+    if latency is not None and (not isinstance(latency, int) or isinstance(latency, bool) or latency < 0):
+        raise _corrupt(path, f"launcher.cpu_dma_latency_us {latency!r} is not a number of microseconds")
+    if latency is not None and latency > 0x7FFFFFFF:  # the request is an s32 (pm_qos_interface.rst)
+        raise _corrupt(path, f"launcher.cpu_dma_latency_us {latency} does not fit the kernel's 32-bit value")
+
+    memlock = launcher.get("memlock_soft")
+    if memlock is None:
+        memlock_soft = None
+    elif memlock == "unlimited":
+        memlock_soft = resource.RLIM_INFINITY
+    elif isinstance(memlock, int) and not isinstance(memlock, bool) and memlock >= 0:
+        memlock_soft = memlock
+    else:
+        raise _corrupt(path, f"launcher.memlock_soft {memlock!r} is neither 'unlimited' nor a byte count")
+
+    tf_data = doc.get("tf_data")
+    if tf_data is not None:
+        if not isinstance(tf_data, dict):
+            raise _corrupt(path, "tf_data is not an object of tf.data options")
+        if tf_data:
+            env[TF_DATA_ENV] = json.dumps(tf_data, sort_keys=True)
+            hooks = str(HOOKS_DIR)
+            parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hooks]
+            env["PYTHONPATH"] = os.pathsep.join([hooks, *parts])
+
+    search_path = env.get("PATH", os.defpath)
+    if "/" not in command[0] and which(command[0], search_path) is None:
+        raise _NotFound(command[0], search_path)
+    argv = list(command)
+    binding = "none"
+    if cpus is not None or mems is not None:
+        numactl = which("numactl", search_path)
+        if numactl:
+            binding = "numactl"
+            opts = []
+            if cpus is not None:
+                opts.append(f"--physcpubind={parse.format_cpulist(cpus)}")
+            if mems is not None:
+                opts.append(f"--membind={parse.format_cpulist(mems)}")
+            argv = [numactl, *opts, "--", *command]
+        else:
+            binding = "syscalls"
+            if mems is not None and machine.arch not in SYS_SET_MEMPOLICY:
+                notes.append(
+                    f"set_mempolicy's system call number is not known here ({machine.arch}): memory is "
+                    f"not bound to node(s) {parse.format_cpulist(mems)}; install numactl"
+                )
+                mems = None
+    return Launch(
+        profile_path=path,
+        command=list(command),
+        argv=argv,
+        env=env,
+        rank=rank,
+        rank_source=source,
+        cpus=cpus,
+        mems=mems,
+        binding=binding,
+        dma_latency_us=latency,
+        tf_data=tf_data or None,
+        notes=notes,
+        memlock_soft=memlock_soft,
+    )
+
+
+class _NotFound(UsageError):
+    exit_code = EX_NOTFOUND
+
+    def __init__(self, name: str, search_path: str) -> None:
+        super().__init__(f"{name}: command not found in PATH ({search_path})")
+
+
+def _check_cpus(rank: int, cpus: list[int], m: Machine) -> None:
+    """CPUs outside the cgroup cpuset (or offline) cannot be bound: sched_setaffinity(2) would
+    silently drop them (or fail with EINVAL when none is left), so refuse with the reason."""
+    allowed = set(m.online_cpus or cpus)
+    where = "online CPUs (/sys/devices/system/cpu/online)"
+    if m.cpuset is not None:
+        allowed &= set(m.cpuset)
+        where = f"cgroup cpuset {m.cpuset_source}"
+    forbidden = sorted(set(cpus) - allowed)
+    if forbidden:
+        raise UsageError(
+            f"local rank {rank}: CPUs {parse.format_cpulist(forbidden)} are not allowed here: the "
+            f"{where} allows {parse.format_cpulist(allowed) or 'none'}; re-plan with `nodeagent tune --apply`"
+        )
+
+
+def _mems(path: str, where: str, entry: dict[str, Any]) -> list[int] | None:
+    """The rank's memory nodes: `numa_node`, else `mems` (a CPU rank spanning several nodes)."""
+    node = entry.get("numa_node")
+    if node is not None:
+        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
+            raise _corrupt(path, f"{where}.numa_node {node!r} is not a node number")
+        return [node]
+    mems = entry.get("mems")
+    if mems is None or mems == []:
+        return None
+    if not isinstance(mems, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in mems
+    ):
+        raise _corrupt(path, f"{where}.mems {mems!r} is not a list of node numbers")
+    return sorted(set(mems))
+
+
+def _check_mems(rank: int, mems: list[int], m: Machine, notes: list[str]) -> list[int] | None:
+    shown = parse.format_cpulist(mems)
+    if m.numa_nodes is None:
+        # CONFIG_NUMA=n: one memory node, nothing to bind (set_mempolicy would fail with ENOSYS).
+        if mems != [0]:
+            raise UsageError(
+                f"local rank {rank}: NUMA node(s) {shown} do not exist: this kernel has no NUMA "
+                f"({NODE_ONLINE} is absent); re-plan with `nodeagent tune --apply`"
+            )
+        notes.append(f"no NUMA in this kernel ({NODE_ONLINE} absent): memory binding to node 0 skipped")
+        return None
+    missing = [n for n in mems if n not in m.numa_nodes]
+    if missing:
+        raise UsageError(
+            f"local rank {rank}: NUMA node(s) {parse.format_cpulist(missing)} are not online here "
+            f"(online: {parse.format_cpulist(m.numa_nodes)}); re-plan with `nodeagent tune --apply`"
+        )
+    refused = [n for n in mems if n not in (m.mems_allowed or mems)]
+    if refused:
+        raise UsageError(
+            f"local rank {rank}: memory of NUMA node(s) {parse.format_cpulist(refused)} is not allowed "
+            f"here: the cgroup cpuset allows node(s) {parse.format_cpulist(m.mems_allowed or [])} "
+            "(Mems_allowed_list of /proc/self/status)"
+        )
+    return mems
+
+
+# -- acting --------------------------------------------------------------------------------------
+
+
+def bind_cpus(rank: int, cpus: list[int], machine: Machine) -> None:
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError as e:
+        where = machine.cpuset_source or "the online CPUs"
+        raise UsageError(
+            f"local rank {rank}: cannot run on CPUs {parse.format_cpulist(cpus)} ({e.strerror}); "
+            f"check the cgroup cpuset ({where})"
+        ) from None
+    got = sorted(os.sched_getaffinity(0))
+    if got != cpus:
+        # The kernel intersects the mask with the cpuset instead of failing (sched_setaffinity(2)).
+        raise UsageError(
+            f"local rank {rank}: asked for CPUs {parse.format_cpulist(cpus)}, the kernel allowed "
+            f"{parse.format_cpulist(got)}: the cgroup cpuset ({machine.cpuset_source or '?'}) "
+            "forbids the rest"
+        )
+
+
+def set_mempolicy_bind(nodes: list[int], arch: str) -> None:
+    """set_mempolicy(MPOL_BIND, nodes) for this thread; the policy survives execve(2).
+
+    maxnode is the mask's bit count plus one: the kernel decrements it before reading the mask
+    (mm/mempolicy.c, get_nodes(): `--maxnode`), so passing exactly the bit count would drop the
+    last bit. libnuma passes `size + 1` for the same reason (set_mempolicy(2), and numactl's
+    libnuma.c: setpol()).
+    """
+    words = max(nodes) // _ULONG_BITS + 1
+    mask = (ctypes.c_ulong * words)()
+    for node in nodes:
+        mask[node // _ULONG_BITS] |= 1 << (node % _ULONG_BITS)
+    maxnode = words * _ULONG_BITS + 1
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = libc.syscall(
+        ctypes.c_long(SYS_SET_MEMPOLICY[arch]), ctypes.c_int(MPOL_BIND), mask, ctypes.c_ulong(maxnode)
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def hold_dma_latency(us: int) -> tuple[int | None, str | None]:
+    """Open /dev/cpu_dma_latency and request `us` microseconds; the fd, kept open and inheritable,
+    holds the request through the exec for as long as the job runs (pm_qos_interface.rst: "the
+    request is removed when the file descriptor is closed"). Returns (fd, None) or (None, warning)."""
+    try:
+        fd = os.open(DMA_LATENCY_DEV, os.O_WRONLY)
+    except OSError as e:
+        reason = "absent" if e.errno == errno.ENOENT else e.strerror
+        return None, f"{DMA_LATENCY_DEV}: {reason}: the CPU wake-up latency limit of {us} us is not held"
+    try:
+        # The device takes a binary signed 32-bit value (or an ASCII hex string): pm_qos_interface.rst.
+        os.write(fd, struct.pack("=i", us))
+    except OSError as e:
+        os.close(fd)
+        return None, f"{DMA_LATENCY_DEV}: writing {us} failed ({e.strerror}): the limit is not held"
+    os.set_inheritable(fd, True)
+    return fd, None
+
+
+def execute(launch: Launch, machine: Machine) -> None:
+    """Bind, hold, and exec the command; returns only by raising."""
+    for note in launch.notes:
+        print(f"nodeagent exec: note: {note}", file=sys.stderr)
+    if launch.binding == "syscalls":
+        if launch.cpus is not None:
+            bind_cpus(launch.rank, launch.cpus, machine)
+        if launch.mems is not None:
+            try:
+                set_mempolicy_bind(launch.mems, machine.arch)
+            except OSError as e:
+                raise UsageError(
+                    f"local rank {launch.rank}: cannot bind memory to NUMA node(s) "
+                    f"{parse.format_cpulist(launch.mems)} "
+                    f"(set_mempolicy: {e.strerror}); check the cgroup's cpuset.mems"
+                ) from None
+    env = dict(launch.env)
+    if launch.memlock_soft is not None:
+        # A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it.
+        _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        want = launch.memlock_soft
+        if hard != resource.RLIM_INFINITY and (want == resource.RLIM_INFINITY or want > hard):
+            want = hard
+            print(
+                f"nodeagent exec: warning: memlock hard limit is {hard} bytes: soft limit raised to it only",
+                file=sys.stderr,
+            )
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (want, hard))
+        except (OSError, ValueError) as e:
+            print(f"nodeagent exec: warning: cannot raise the memlock limit ({e})", file=sys.stderr)
+    if launch.dma_latency_us is not None:
+        fd, warning = hold_dma_latency(launch.dma_latency_us)
+        if fd is None:
+            print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
+        else:
+            env[DMA_LATENCY_ENV] = str(fd)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(launch.argv[0], launch.argv, env)
+    except FileNotFoundError:
+        raise _NotFound(launch.argv[0], env.get("PATH", os.defpath)) from None
+    except OSError as e:
+        err = UsageError(f"{launch.argv[0]}: cannot execute ({e.strerror})")
+        err.exit_code = EX_NOEXEC
+        raise err from None
+
+
+def no_profile_warning(name: str, path: Path) -> str:
+    return (
+        f"no profile {name} at {path}: running the job unchanged; create one with "
+        f"`nodeagent tune --apply --profile {name}`"
+    )
+
+
+def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False) -> int:
+    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run).
+
+    Without the profile the job runs unchanged, after one warning on stderr: the shipped launchers
+    (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and a node
+    where nobody ran `tune --apply` must still run the job, as it would without nodeagent. A
+    profile that exists but cannot be read stays an error (exit 64): running unpinned in silence
+    when pinning was asked for hides the fault."""
+    path = profile.profile_path(profile_name)
+    doc = profile.load_if_present(profile_name)
+    machine = read_machine()
+    if doc is None:
+        warning = no_profile_warning(profile_name, path)
+        print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
+        # An empty profile: no binding, no environment, no hook. The rank selects nothing, so a
+        # launcher's rank variable is not even parsed: the job runs exactly as it would without us.
+        launch = prepare({}, str(path), command, local_rank or 0, os.environ, machine)
+        launch.rank_source = "none (no profile)"
+        if dry_run:
+            launch.notes.append(warning)
+    else:
+        launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
+    if dry_run:
+        print(json.dumps(launch.to_dict(os.environ), indent=2))
+        return 0
+    execute(launch, machine)
+    return 0  # not reached: execvpe replaced this process

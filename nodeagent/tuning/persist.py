@@ -1,0 +1,369 @@
+"""Persistent tuning (`nodeagent tune --apply --persist`): the runtime values of an apply, also
+written where the system applies them again at every boot.
+
+- /proc/sys keys go to one sysctl.d file, /etc/sysctl.d/90-nodeagent.conf, which systemd-sysctl
+  applies at boot (sysctl.d(5), https://man7.org/linux/man-pages/man5/sysctl.d.5.html). Keys are
+  written with dots ("kernel.numa_balancing"), or with slashes where a component holds a dot
+  ("net/ipv4/conf/eth0.100/forwarding"): sysctl.d(5), "if the first separator is a slash,
+  remaining slashes and dots are left intact".
+- sysfs knobs (THP, the cpufreq governor, EPP, turbo, huge page pools) have no such file. Where
+  TuneD runs (`tuned-adm active` answers) they go to a TuneD profile, `nodeagent`, that includes
+  the active profile and adds [cpu] (governor, energy_performance_preference, no_turbo), [vm]
+  (transparent_hugepages) and [sysfs] (any other /sys path) sections (tuned.conf(5);
+  https://github.com/redhat-performance/tuned: tuned/plugins/plugin_cpu.py, plugin_vm.py,
+  plugin_sysfs.py). It becomes TuneD's startup profile through the two files `tuned-adm profile`
+  writes, /etc/tuned/active_profile and /etc/tuned/profile_mode (tuned/consts.py,
+  tuned/utils/commands.py: save_active_profile), so it takes effect at TuneD's next start; the
+  values themselves are already applied at runtime. /proc/sys keys are not put in the TuneD
+  profile: TuneD re-applies /etc/sysctl.d after its own sysctls (reapply_sysctl = 1 in
+  tuned-main.conf), so the sysctl.d file is the one place for them, with or without TuneD.
+- Without TuneD, sysfs values are not persisted, and the story says which (advice).
+
+Every file is journaled like every write (its previous content, or its absence) before the first
+write, and written through the Host, so a --root tree receives them, and `nodeagent revert`
+restores or removes them. `collect(host)` reads (I/O); `plan(facts, changes)` decides (pure).
+"""
+
+from __future__ import annotations
+
+import configparser
+import posixpath
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodeagent.api.tune import Change, Scope
+from nodeagent.host import Host
+
+SYSCTL_FILE = "/etc/sysctl.d/90-nodeagent.conf"
+PROC_SYS = "/proc/sys/"
+TUNED_PROFILE = "nodeagent"
+TUNED_ACTIVE = "/etc/tuned/active_profile"
+TUNED_MODE = "/etc/tuned/profile_mode"
+TUNED_MAIN = "/etc/tuned/tuned-main.conf"
+# TuneD 2.24 moved profiles to /usr/lib/tuned/profiles and /etc/tuned/profiles (tuned/consts.py,
+# USER_PROFILES_DIR); earlier releases keep them in /usr/lib/tuned and /etc/tuned.
+TUNED_NEW_SYSTEM_DIR = "/usr/lib/tuned/profiles"
+TUNED_NEW_USER_DIR = "/etc/tuned/profiles"
+TUNED_OLD_USER_DIR = "/etc/tuned"
+ACTIVE_LINE = re.compile(r"^Current active profile:\s*(.+?)\s*$", re.MULTILINE)
+NO_ACTIVE = "No current active profile"
+
+SYSCTL_DOC = "https://man7.org/linux/man-pages/man5/sysctl.d.5.html"
+TUNED_DOC = "https://github.com/redhat-performance/tuned (man tuned.conf)"
+TMPFILES_DOC = "https://man7.org/linux/man-pages/man5/tmpfiles.d.5.html"
+
+CPU = "/sys/devices/system/cpu"
+# sysfs files that a TuneD plugin option sets: the option is what TuneD documents and keeps working
+# across kernels (it finds the files itself); anything else goes to [sysfs] by path.
+_POLICY_FILE = re.compile(rf"^{CPU}/cpufreq/policy\d+/(scaling_governor|energy_performance_preference)$")
+_CPU_OPTION = {
+    "scaling_governor": "governor",
+    "energy_performance_preference": "energy_performance_preference",
+}
+_FIXED_OPTIONS = {
+    f"{CPU}/intel_pstate/no_turbo": ("cpu", "no_turbo"),
+    "/sys/kernel/mm/transparent_hugepage/enabled": ("vm", "transparent_hugepages"),
+}
+SECTIONS = ("main", "cpu", "vm", "sysfs")
+
+
+@dataclass(frozen=True)
+class FileState:
+    path: str
+    text: str | None  # None: absent
+    unreadable: bool = False  # there, but could not be read: it cannot be journaled
+    missing_dirs: tuple[str, ...] = ()  # folders on its way that do not exist, outermost first
+
+
+@dataclass(frozen=True)
+class Facts:
+    sysctl: FileState
+    tuned_active: list[str] | None  # the active TuneD profile(s); None: no TuneD answered
+    tuned_answer: str  # what `tuned-adm active` said (for the story)
+    tuned_conf: FileState | None
+    active_profile: FileState | None
+    profile_mode: FileState | None
+
+
+@dataclass(frozen=True)
+class FileWrite:
+    """A whole file --persist writes: its content before (None: absent) and after."""
+
+    path: str
+    before: str | None
+    after: str
+    what: str
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Where one runtime change is persisted (`where`), or why not (`where` None, `why`)."""
+
+    change: Change
+    where: str | None
+    why: str = ""
+
+
+@dataclass
+class PersistPlan:
+    files: list[FileWrite] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)  # folders to create, outermost first
+    kept: list[Kept] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # files that exist but cannot be read
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def persisted(self) -> list[Kept]:
+        return [k for k in self.kept if k.where is not None]
+
+    @property
+    def not_persisted(self) -> list[Kept]:
+        return [k for k in self.kept if k.where is None]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": [{"path": f.path, "what": f.what, "created": f.before is None} for f in self.files],
+            "persisted": [
+                {"tuner": k.change.tuner, "target": k.change.target, "where": k.where} for k in self.persisted
+            ],
+            "not_persisted": [
+                {"tuner": k.change.tuner, "target": k.change.target, "why": k.why} for k in self.not_persisted
+            ],
+            "notes": self.notes,
+        }
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def _file(host: Host, path: str) -> FileState:
+    text = host.read(path)
+    unreadable = text is None and host.lexists(path)
+    missing: list[str] = []
+    folder = posixpath.dirname(path)
+    while folder != "/" and not host.is_dir(folder):
+        missing.insert(0, folder)
+        folder = posixpath.dirname(folder)
+    return FileState(path, text, unreadable, tuple(missing))
+
+
+def _tuned_dir(host: Host) -> str:
+    """The folder user profiles go to: tuned-main.conf's profile_dirs (the last one wins a name
+    clash, so a profile there is the one TuneD loads), else by the layout of the installed TuneD."""
+    main = host.read(TUNED_MAIN) or ""
+    for line in main.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip() == "profile_dirs" and not line.lstrip().startswith("#"):
+            dirs = [d for d in re.split(r"\s*[,;]\s*", value.strip()) if d]
+            if dirs:
+                return dirs[-1].rstrip("/")
+    if host.is_dir(TUNED_NEW_SYSTEM_DIR) or host.is_dir(TUNED_NEW_USER_DIR):
+        return TUNED_NEW_USER_DIR
+    return TUNED_OLD_USER_DIR
+
+
+def tuned_conf_path(folder: str) -> str:
+    return f"{folder}/{TUNED_PROFILE}/tuned.conf"
+
+
+def owned_files(host: Host | None = None) -> set[str]:
+    """The host files --persist may write, so the only ones `nodeagent revert` restores: the
+    sysctl.d file, TuneD's two startup files, and the nodeagent TuneD profile in the default
+    folders or the one this host's tuned-main.conf names."""
+    folders = {TUNED_NEW_USER_DIR, TUNED_OLD_USER_DIR}
+    if host is not None:
+        folders.add(_tuned_dir(host))
+    return {SYSCTL_FILE, TUNED_ACTIVE, TUNED_MODE, *(tuned_conf_path(d) for d in folders)}
+
+
+def _active(host: Host) -> tuple[list[str] | None, str]:
+    out = host.run(["tuned-adm", "active"])
+    text = (out.stdout or "").strip()
+    if not out.ok and not text:
+        return None, (out.stderr or "").strip() or f"exit code {out.exited}"
+    found = ACTIVE_LINE.search(text)
+    if found:
+        return found.group(1).split(), text
+    if NO_ACTIVE in text:
+        return [], text
+    return None, text or "no answer"
+
+
+def collect(host: Host) -> Facts:
+    active, answer = _active(host)
+    sysctl = _file(host, SYSCTL_FILE)
+    if active is None:
+        return Facts(sysctl, None, answer, None, None, None)
+    conf = _file(host, tuned_conf_path(_tuned_dir(host)))
+    return Facts(sysctl, active, answer, conf, _file(host, TUNED_ACTIVE), _file(host, TUNED_MODE))
+
+
+# -- deciding (pure) -----------------------------------------------------------------------------
+
+
+def sysctl_key(path: str) -> str:
+    """/proc/sys/kernel/numa_balancing -> kernel.numa_balancing; a component holding a dot keeps the
+    slash form (sysctl.d(5))."""
+    parts = path[len(PROC_SYS) :].strip("/").split("/")
+    return "/".join(parts) if any("." in p for p in parts) else ".".join(parts)
+
+
+def _canonical(key: str) -> str:
+    """A sysctl.d key as its /proc/sys path below /proc/sys (sysctl.d(5)'s separator rule)."""
+    first = min((i for i in (key.find("."), key.find("/")) if i >= 0), default=-1)
+    if first < 0 or key[first] == "/":
+        return key
+    return key.translate(str.maketrans("./", "/."))
+
+
+def sysctl_text(before: str | None, values: dict[str, str]) -> str:
+    """The sysctl.d file: the assignments already there (a previous --persist), ours set over them."""
+    assigned: dict[str, tuple[str, str]] = {}
+    for line in (before or "").splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#;":
+            continue
+        key, eq, value = stripped.partition("=")
+        if eq:
+            assigned[_canonical(key.strip().lstrip("-"))] = (key.strip(), value.strip())
+    for key, value in values.items():
+        assigned[_canonical(key)] = (key, value)
+    lines = [
+        "# Written by `nodeagent tune --apply --persist`: kernel settings systemd-sysctl applies at",
+        f"# every boot ({SYSCTL_DOC}). `nodeagent revert` restores this file as it was.",
+        *(f"{key} = {value}" for key, value in assigned.values()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _read_conf(text: str | None) -> dict[str, dict[str, str]]:
+    parser = configparser.ConfigParser(delimiters=("=",), interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # /sys paths are case-sensitive
+    try:
+        parser.read_string(text or "")
+    except configparser.Error:
+        return {}
+    return {s: dict(parser[s]) for s in parser.sections()}
+
+
+def tuned_text(before: str | None, include: list[str], options: dict[tuple[str, str], str]) -> str:
+    """The TuneD profile: [main] include= the profile(s) active before, our options set over those
+    of a previous --persist."""
+    sections = _read_conf(before)
+    main = sections.setdefault("main", {})
+    main["summary"] = "nodeagent: the runtime tuning of `nodeagent tune --apply --persist`"
+    if include:
+        main["include"] = ",".join(include)
+    for (section, key), value in options.items():
+        sections.setdefault(section, {})[key] = value
+    order = [s for s in SECTIONS if s in sections] + sorted(set(sections) - set(SECTIONS))
+    lines = [
+        "# Written by `nodeagent tune --apply --persist` (tuned.conf(5), " + TUNED_DOC + ").",
+        "# `nodeagent revert` restores this file as it was.",
+    ]
+    for name in order:
+        lines += ["", f"[{name}]", *(f"{k}={v}" for k, v in sections[name].items())]
+    return "\n".join(lines) + "\n"
+
+
+def tuned_option(path: str) -> tuple[str, str] | None:
+    """The TuneD section and option that persist a sysfs file; None outside /sys."""
+    if path in _FIXED_OPTIONS:
+        return _FIXED_OPTIONS[path]
+    m = _POLICY_FILE.match(path)
+    if m:
+        return "cpu", _CPU_OPTION[m.group(1)]
+    if path.startswith("/sys/"):
+        return "sysfs", path
+    return None
+
+
+def _tuned_options(changes: list[Change]) -> dict[tuple[str, str], str]:
+    """TuneD options for the sysfs writes; a write falls back to its own [sysfs] line when one
+    [cpu] option would get two values (TuneD applies an option to every CPU)."""
+    wanted: dict[tuple[str, str], set[str]] = {}
+    for c in changes:
+        for w in c.writes:
+            opt = tuned_option(w.path)
+            if opt is not None:
+                wanted.setdefault(opt, set()).add(w.after)
+    options: dict[tuple[str, str], str] = {}
+    for c in changes:
+        for w in c.writes:
+            opt = tuned_option(w.path)
+            if opt is None:
+                continue
+            if len(wanted[opt]) == 1:
+                options[opt] = w.after
+            else:
+                options[("sysfs", w.path)] = w.after
+    return options
+
+
+def _include(f: Facts) -> list[str]:
+    """What the nodeagent profile includes: the profile(s) active now; when nodeagent's is already
+    active (an earlier --persist), what that one included."""
+    active = f.tuned_active or []
+    if TUNED_PROFILE not in active:
+        return active
+    before = _read_conf(f.tuned_conf.text if f.tuned_conf else None).get("main", {}).get("include", "")
+    others = [p for p in active if p != TUNED_PROFILE]
+    return [p for p in re.split(r"\s*[,;]\s*", before) if p] + others
+
+
+def _write(out: PersistPlan, state: FileState | None, after: str, what: str) -> None:
+    """Plan one file; only a file whose content changes is written (and journaled)."""
+    if state is None:
+        return
+    if state.unreadable:
+        out.refused.append(state.path)
+        return
+    if state.text == after:
+        return
+    out.files.append(FileWrite(state.path, state.text, after, what))
+    out.dirs += [d for d in state.missing_dirs if d not in out.dirs]
+
+
+def plan(f: Facts, changes: Iterable[Change]) -> PersistPlan:
+    """What --persist writes for the runtime changes of an apply."""
+    runtime = [c for c in changes if c.scope is Scope.RUNTIME and not c.is_noop]
+    out = PersistPlan()
+    sysctl_changes = [c for c in runtime if all(w.path.startswith(PROC_SYS) for w in c.writes)]
+    sysfs_changes = [c for c in runtime if c not in sysctl_changes]
+    if sysctl_changes:
+        values = {sysctl_key(w.path): w.after for c in sysctl_changes for w in c.writes}
+        _write(out, f.sysctl, sysctl_text(f.sysctl.text, values), "sysctl.d")
+        out.kept += [Kept(c, SYSCTL_FILE) for c in sysctl_changes]
+    if not sysfs_changes:
+        return out
+    if f.tuned_active is None:
+        answer = f.tuned_answer.splitlines()[0] if f.tuned_answer else "?"
+        why = (
+            f"no TuneD here (`tuned-adm active`: {answer}): "
+            f"lost at reboot; persist it by hand, e.g. a tmpfiles.d line `w PATH - - - - VALUE` "
+            f"({TMPFILES_DOC}), or install TuneD and run again with --persist"
+        )
+        out.kept += [Kept(c, None, why) for c in sysfs_changes]
+        return out
+    persistable = [c for c in sysfs_changes if all(tuned_option(w.path) for w in c.writes)]
+    for c in sysfs_changes:
+        if c not in persistable:
+            out.kept.append(Kept(c, None, "not a /proc/sys or /sys file: nothing to persist it with"))
+    if not persistable:
+        return out
+    options = _tuned_options(persistable)
+    assert f.tuned_conf is not None
+    include = _include(f)
+    _write(out, f.tuned_conf, tuned_text(f.tuned_conf.text, include, options), "TuneD profile")
+    _write(out, f.active_profile, TUNED_PROFILE + "\n", "TuneD startup profile")
+    _write(out, f.profile_mode, "manual\n", "TuneD profile mode")
+    where = f"TuneD profile {TUNED_PROFILE} ({f.tuned_conf.path})"
+    out.kept += [Kept(c, where) for c in persistable]
+    shown = ", ".join(include) or "no other profile"
+    out.notes.append(
+        f"TuneD profile {TUNED_PROFILE} includes {shown} and is TuneD's startup profile from now on "
+        f"({TUNED_ACTIVE}); TuneD loads it at its next start (the values are applied already)"
+    )
+    return out
