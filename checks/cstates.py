@@ -297,6 +297,13 @@ def _idle_states(f: Facts, p: Params, boot: dict[str, str]) -> Finding | None:
             expected=f"enabled idle states exit within {p.max_exit_latency_us} us",
             subject="idle-states",
         )
+    return _deep_states(f, p, deep_by_cpu, evidence, differ)
+
+
+def _deep_states(
+    f: Facts, p: Params, deep_by_cpu: dict[int, str], evidence: dict[str, str], differ: str
+) -> Finding:
+    """Idle states deeper than the latency limit are enabled: where, and how to limit them."""
     parts = [f"{labels} on CPUs {_cpus_text(cpus)}" for labels, cpus in _groups(deep_by_cpu).items()]
     limited = sorted(set(f.idle_states) - set(deep_by_cpu))
     if limited:
@@ -465,8 +472,8 @@ def _epp(f: Facts, p: Params) -> Finding:
     )
 
 
-def _turbo(f: Facts, p: Params) -> Finding:
-    want = "on" if p.turbo else "off"
+def _turbo_read(f: Facts) -> tuple[dict[str, str], list[bool]]:
+    """The turbo files as read, and the states they say (True: turbo on), one per well-formed file."""
     evidence: dict[str, str] = {}
     states: list[bool] = []
     if f.intel_no_turbo is not None:
@@ -477,6 +484,12 @@ def _turbo(f: Facts, p: Params) -> Finding:
         evidence[f"{CPUFREQ_DIR}/boost"] = f.boost
         if f.boost in ("0", "1"):
             states.append(f.boost == "1")
+    return evidence, states
+
+
+def _turbo(f: Facts, p: Params) -> Finding:
+    want = "on" if p.turbo else "off"
+    evidence, states = _turbo_read(f)
     if not evidence:
         return Finding(
             ID,

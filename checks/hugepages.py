@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nodeagent.api.check import Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
@@ -107,9 +108,8 @@ def _pool_dir(pool: HugePagePool) -> str:
 
 
 def _thp(f: Facts, p: Params) -> list[Finding]:
-    out: list[Finding] = []
-    enabled_path, defrag_path = f"{THP_DIR}/enabled", f"{THP_DIR}/defrag"
-    mode, defrag = f.memory.thp_enabled, f.memory.thp_defrag
+    enabled_path = f"{THP_DIR}/enabled"
+    mode = f.memory.thp_enabled
     if f.memory.thp_enabled_raw is None and mode is None:
         return [
             Finding(
@@ -120,84 +120,79 @@ def _thp(f: Facts, p: Params) -> list[Finding]:
                 subject="thp",
             )
         ]
+    out = [_thp_mode(f, p)]
+    defrag = _thp_defrag(f, p)
+    if defrag is not None:
+        out.append(defrag)
+    return out
+
+
+def _thp_mode(f: Facts, p: Params) -> Finding:
+    enabled_path = f"{THP_DIR}/enabled"
+    mode = f.memory.thp_enabled
     evidence = {enabled_path: f.memory.thp_enabled_raw or str(mode)}
     if f.memory.thp_defrag_raw is not None:
-        evidence[defrag_path] = f.memory.thp_defrag_raw
+        evidence[f"{THP_DIR}/defrag"] = f.memory.thp_defrag_raw
     if mode is None:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"THP mode unparsable: {f.memory.thp_enabled_raw!r}",
-                evidence,
-                expected="one mode in [brackets]",
-                remediation=f"A corrupt recording: re-record the snapshot or read {enabled_path} on the "
-                "node.",
-                subject="thp",
-            )
+        return Finding(
+            ID,
+            Status.WARN,
+            f"THP mode unparsable: {f.memory.thp_enabled_raw!r}",
+            evidence,
+            expected="one mode in [brackets]",
+            remediation=f"A corrupt recording: re-record the snapshot or read {enabled_path} on the node.",
+            subject="thp",
         )
-    elif mode not in p.thp_enabled:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"transparent huge pages {mode}: large tensors and pinned buffers stay in 4 KiB pages",
-                evidence,
-                expected=" or ".join(p.thp_enabled),
-                remediation=f"echo {p.thp_enabled[-1] if p.thp_enabled else 'madvise'} > {enabled_path} "
-                "(persist with transparent_hugepage=madvise on the kernel command line)",
-                subject="thp",
-                fix="thp",
-            )
+    if mode not in p.thp_enabled:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"transparent huge pages {mode}: large tensors and pinned buffers stay in 4 KiB pages",
+            evidence,
+            expected=" or ".join(p.thp_enabled),
+            remediation=f"echo {p.thp_enabled[-1] if p.thp_enabled else 'madvise'} > {enabled_path} "
+            "(persist with transparent_hugepage=madvise on the kernel command line)",
+            subject="thp",
+            fix="thp",
         )
-    else:
-        out.append(
-            Finding(
-                ID,
-                Status.OK,
-                f"transparent huge pages {mode}",
-                evidence,
-                expected=" or ".join(p.thp_enabled),
-                subject="thp",
-            )
+    return Finding(
+        ID,
+        Status.OK,
+        f"transparent huge pages {mode}",
+        evidence,
+        expected=" or ".join(p.thp_enabled),
+        subject="thp",
+    )
+
+
+def _thp_defrag(f: Facts, p: Params) -> Finding | None:
+    """The defrag setting; None when it is not recorded, or THP is off (then defrag does not matter)."""
+    defrag_path = f"{THP_DIR}/defrag"
+    mode, defrag, raw = f.memory.thp_enabled, f.memory.thp_defrag, f.memory.thp_defrag_raw
+    if raw is not None and defrag is None:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"THP defrag unparsable: {raw!r}",
+            {defrag_path: raw},
+            expected="one setting in [brackets]",
+            remediation=f"A corrupt recording: re-record the snapshot or read {defrag_path} on the node.",
+            subject="thp-defrag",
         )
-    if f.memory.thp_defrag_raw is not None and defrag is None:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"THP defrag unparsable: {f.memory.thp_defrag_raw!r}",
-                {defrag_path: f.memory.thp_defrag_raw},
-                expected="one setting in [brackets]",
-                remediation=f"A corrupt recording: re-record the snapshot or read {defrag_path} on the node.",
-                subject="thp-defrag",
-            )
+    if defrag is None or mode in (None, "never"):
+        return None
+    if defrag in p.thp_defrag_avoid:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"THP defrag {defrag}: page faults stall in direct compaction when memory is fragmented",
+            {defrag_path: raw or defrag},
+            expected="madvise or defer+madvise",
+            remediation=f"echo defer+madvise > {defrag_path}",
+            subject="thp-defrag",
+            fix="thp",
         )
-    elif defrag is not None and mode not in (None, "never"):
-        if defrag in p.thp_defrag_avoid:
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"THP defrag {defrag}: page faults stall in direct compaction when memory is fragmented",
-                    {defrag_path: f.memory.thp_defrag_raw or defrag},
-                    expected="madvise or defer+madvise",
-                    remediation=f"echo defer+madvise > {defrag_path}",
-                    subject="thp-defrag",
-                    fix="thp",
-                )
-            )
-        else:
-            out.append(
-                Finding(
-                    ID,
-                    Status.OK,
-                    f"THP defrag {defrag}",
-                    {defrag_path: f.memory.thp_defrag_raw or defrag},
-                    subject="thp-defrag",
-                )
-            )
-    return out
+    return Finding(ID, Status.OK, f"THP defrag {defrag}", {defrag_path: raw or defrag}, subject="thp-defrag")
 
 
 def _expected(p: Params) -> tuple[dict[int, int], list[str]]:
@@ -215,10 +210,28 @@ def _expected(p: Params) -> tuple[dict[int, int], list[str]]:
     return wanted, bad
 
 
+class _Counts(NamedTuple):
+    """A readable pool's page counts."""
+
+    total: int
+    free: int
+    reserved: int
+
+    @property
+    def available(self) -> int:
+        return self.free - self.reserved  # free pages not yet promised to a mapping
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+    @property
+    def text(self) -> str:
+        return f"{self.total} total, {self.free} free, {self.reserved} reserved"
+
+
 def _pool(pool: HugePagePool, want: int | None) -> Finding:
     base = _pool_dir(pool)
-    size = _size(pool.size_kb)
-    subject = f"hugepages-{pool.size_kb}kB"
     evidence = {
         f"{base}/nr_hugepages": str(pool.total),
         f"{base}/free_hugepages": str(pool.free),
@@ -230,53 +243,65 @@ def _pool(pool: HugePagePool, want: int | None) -> Finding:
         return Finding(
             ID,
             Status.WARN,
-            f"{size} pool unreadable: nr_hugepages {pool.total}, free_hugepages {pool.free}",
+            f"{_size(pool.size_kb)} pool unreadable: nr_hugepages {pool.total}, free_hugepages {pool.free}",
             evidence,
             expected="integer page counts",
             remediation="A corrupt recording: re-record the snapshot or run `grep -i huge /proc/meminfo` on "
             "the node.",
-            subject=subject,
+            subject=f"hugepages-{pool.size_kb}kB",
         )
-    reserved = pool.reserved or 0
-    available = pool.free - reserved  # free pages not yet promised to a mapping
-    used = pool.total - pool.free
-    counts = f"{pool.total} total, {pool.free} free, {reserved} reserved"
-    nr_path = f"{base}/nr_hugepages"
+    counts = _Counts(pool.total, pool.free, pool.reserved or 0)
     if want:
-        if available < want:
-            return Finding(
-                ID,
-                Status.FAIL,
-                f"{size} pool has {max(available, 0)} pages available, the job expects {want} ({counts})",
-                evidence,
-                expected=f">= {want} free and unreserved",
-                remediation=f"echo {used + reserved + want} > {nr_path}; allocation at run time fails once "
-                f"memory is fragmented, so reserve them at boot: hugepagesz={_boot_size(pool.size_kb)} "
-                f"hugepages={used + reserved + want} on the kernel command line.",
-                subject=subject,
-                fix="hugepages",
-            )
-        if available > want:
-            extra = available - want
-            return Finding(
-                ID,
-                Status.WARN,
-                f"{size} pool holds {extra} pages ({_mem(extra, pool.size_kb)}) beyond the {want} the job "
-                f"expects: memory the job cannot use ({counts})",
-                evidence,
-                expected=f"{want} free pages",
-                remediation=f"echo {pool.total - extra} > {nr_path}",
-                subject=subject,
-                fix="hugepages",
-            )
+        return _pool_for_job(pool, counts, want, evidence)
+    return _pool_unasked(pool, counts, evidence)
+
+
+def _pool_for_job(pool: HugePagePool, n: _Counts, want: int, evidence: dict[str, str]) -> Finding:
+    """A pool the job maps `want` pages of: short is a FAIL, pages beyond it are memory taken."""
+    size = _size(pool.size_kb)
+    subject = f"hugepages-{pool.size_kb}kB"
+    nr_path = f"{_pool_dir(pool)}/nr_hugepages"
+    if n.available < want:
         return Finding(
             ID,
-            Status.OK,
-            f"{size} pool has the {want} pages the job expects ({counts})",
+            Status.FAIL,
+            f"{size} pool has {max(n.available, 0)} pages available, the job expects {want} ({n.text})",
             evidence,
+            expected=f">= {want} free and unreserved",
+            remediation=f"echo {n.used + n.reserved + want} > {nr_path}; allocation at run time fails once "
+            f"memory is fragmented, so reserve them at boot: hugepagesz={_boot_size(pool.size_kb)} "
+            f"hugepages={n.used + n.reserved + want} on the kernel command line.",
             subject=subject,
+            fix="hugepages",
         )
-    if pool.total == 0:
+    if n.available > want:
+        extra = n.available - want
+        return Finding(
+            ID,
+            Status.WARN,
+            f"{size} pool holds {extra} pages ({_mem(extra, pool.size_kb)}) beyond the {want} the job "
+            f"expects: memory the job cannot use ({n.text})",
+            evidence,
+            expected=f"{want} free pages",
+            remediation=f"echo {n.total - extra} > {nr_path}",
+            subject=subject,
+            fix="hugepages",
+        )
+    return Finding(
+        ID,
+        Status.OK,
+        f"{size} pool has the {want} pages the job expects ({n.text})",
+        evidence,
+        subject=subject,
+    )
+
+
+def _pool_unasked(pool: HugePagePool, n: _Counts, evidence: dict[str, str]) -> Finding:
+    """A pool the job maps nothing from: free pages in it are memory taken from the job."""
+    size = _size(pool.size_kb)
+    subject = f"hugepages-{pool.size_kb}kB"
+    nr_path = f"{_pool_dir(pool)}/nr_hugepages"
+    if n.total == 0:
         return Finding(
             ID,
             Status.OK,
@@ -285,11 +310,11 @@ def _pool(pool: HugePagePool, want: int | None) -> Finding:
             expected="0 (the job maps none)",
             subject=subject,
         )
-    if available <= 0:
+    if n.available <= 0:
         return Finding(
             ID,
             Status.WARN,
-            f"{size} pool exhausted: all {pool.total} pages in use or reserved ({counts})",
+            f"{size} pool exhausted: all {n.total} pages in use or reserved ({n.text})",
             evidence,
             expected="free pages for new hugetlb mappings, or no pool",
             remediation=f"If the job maps huge pages, grow the pool (echo N > {nr_path}) and set "
@@ -300,12 +325,12 @@ def _pool(pool: HugePagePool, want: int | None) -> Finding:
     return Finding(
         ID,
         Status.WARN,
-        f"{available} free {size} huge pages ({_mem(available, pool.size_kb)}) set aside: memory taken from "
-        f"the job, which maps none ({counts})",
+        f"{n.available} free {size} huge pages ({_mem(n.available, pool.size_kb)}) set aside: memory taken "
+        f"from the job, which maps none ({n.text})",
         evidence,
         expected="0 free pages (or set expected_pages)",
-        remediation=f"echo {used + reserved} > {nr_path} (and drop hugepages= from the kernel command line), "
-        "or set expected_pages if the job maps huge pages.",
+        remediation=f"echo {n.used + n.reserved} > {nr_path} (and drop hugepages= from the kernel command "
+        "line), or set expected_pages if the job maps huge pages.",
         subject=subject,
         fix="hugepages",
     )

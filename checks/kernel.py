@@ -223,6 +223,11 @@ def _swappiness(f: Facts, p: Params) -> Finding:
             "node.",
             subject=SWAPPINESS,
         )
+    return _swappiness_judged(value, f.swap_total_kb, evidence, p)
+
+
+def _swappiness_judged(value: int, swap_total_kb: int | None, evidence: dict[str, str], p: Params) -> Finding:
+    """A high swappiness costs only where there is swap to push pages to."""
     if value <= p.max_swappiness:
         return Finding(
             ID,
@@ -232,7 +237,7 @@ def _swappiness(f: Facts, p: Params) -> Finding:
             expected=f"<= {p.max_swappiness}",
             subject=SWAPPINESS,
         )
-    if f.swap_total_kb == 0:
+    if swap_total_kb == 0:
         return Finding(
             ID,
             Status.OK,
@@ -268,13 +273,7 @@ def _net_core(f: Facts, p: Params) -> Finding:
         )
     values = {n: _int(v) for n, v in raw.items() if v is not None}
     bad = [n for n, v in values.items() if v is None]
-    low = [n for n, v in values.items() if v is not None and v < wanted[n]]
-    seen = ", ".join(f"{n.rsplit('.', 1)[-1]} {raw[n]}" for n in values)
     expected = ", ".join(f"{n} >= {w}" for n, w in wanted.items())
-    remediation = (
-        " ".join(f"sysctl -w {n}={wanted[n]};" for n in low + bad)
-        + " persist them in /etc/sysctl.d/90-net.conf."
-    )
     if bad:
         return Finding(
             ID,
@@ -285,7 +284,10 @@ def _net_core(f: Facts, p: Params) -> Finding:
             remediation="A corrupt recording: re-record the snapshot or run `sysctl net.core` on the node.",
             subject="net.core",
         )
+    read = {n: v for n, v in values.items() if v is not None}
+    low = [n for n, v in read.items() if v < wanted[n]]
     if not low:
+        seen = ", ".join(f"{n.rsplit('.', 1)[-1]} {raw[n]}" for n in values)
         return Finding(
             ID,
             Status.OK,
@@ -294,10 +296,20 @@ def _net_core(f: Facts, p: Params) -> Finding:
             expected=expected,
             subject="net.core",
         )
+    shortfall = ", ".join(f"{n} {read[n]} < {wanted[n]}" for n in low)
+    remediation = (
+        " ".join(f"sysctl -w {n}={wanted[n]};" for n in low) + " persist them in /etc/sysctl.d/90-net.conf."
+    )
+    return _net_core_low(f, p, shortfall, evidence, expected, remediation)
+
+
+def _net_core_low(
+    f: Facts, p: Params, shortfall: str, evidence: dict[str, str], expected: str, remediation: str
+) -> Finding:
+    """net.core below the 100G-class values: a WARN only where a NIC is fast enough to need them."""
     fast = sorted(
         ((s, n) for n, s in f.nic_speeds.items() if s is not None and s >= p.fast_nic_mbps), reverse=True
     )
-    shortfall = ", ".join(f"{n} {values[n]} < {wanted[n]}" for n in low)
     if not fast:
         known = sorted(((s, n) for n, s in f.nic_speeds.items() if s is not None), reverse=True)
         fastest = f"fastest: {known[0][1]} at {known[0][0]} Mb/s" if known else "no NIC speed readable"
@@ -348,49 +360,11 @@ def _schedulers(f: Facts, p: Params) -> list[Finding]:
     out: list[Finding] = []
     fine: list[Disk] = []
     for d in f.disks:
-        evidence = {f"{d.path}/queue/scheduler": d.raw_scheduler}
-        if d.rotational is not None:
-            evidence[f"{d.path}/queue/rotational"] = "1" if d.rotational else "0"
-        if d.scheduler is None:
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"{d.name}: IO scheduler unparsable ({d.raw_scheduler[:40]!r})",
-                    evidence,
-                    expected="one scheduler in [brackets]",
-                    remediation="A corrupt recording: re-record the snapshot or read "
-                    f"{d.path}/queue/scheduler on the node.",
-                    subject=d.name,
-                )
-            )
-            continue
-        if d.kind == "NVMe":
-            allowed = p.nvme_schedulers
-        elif d.kind == "SSD":
-            allowed = p.ssd_schedulers
+        finding = _disk_scheduler(d, p)
+        if finding is None:
+            fine.append(d)
         else:
-            # Rotating or unknown media (the scheduler's seek ordering earns its cost), or pmem.
-            fine.append(d)
-            continue
-        if d.scheduler in allowed:
-            fine.append(d)
-            continue
-        want = allowed[0] if allowed else "none"
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{d.name} ({d.kind}) uses the {d.scheduler} IO scheduler; {d.kind} wants "
-                f"{' or '.join(allowed)}",
-                evidence,
-                expected=" or ".join(allowed),
-                remediation=f"echo {want} > /sys/block/{d.name}/queue/scheduler; persist with a udev rule: "
-                f'ACTION=="add|change", KERNEL=="{re.sub(r"[0-9]+", "[0-9]*", d.name)}", '
-                f'ATTR{{queue/scheduler}}="{want}" in /etc/udev/rules.d/60-io-scheduler.rules',
-                subject=d.name,
-            )
-        )
+            out.append(finding)
     if fine:
         out.append(
             Finding(
@@ -402,6 +376,45 @@ def _schedulers(f: Facts, p: Params) -> list[Finding]:
             )
         )
     return out
+
+
+def _disk_scheduler(d: Disk, p: Params) -> Finding | None:
+    """A WARN for a disk whose scheduler is unparsable or wrong for its kind; None when it is fine."""
+    evidence = {f"{d.path}/queue/scheduler": d.raw_scheduler}
+    if d.rotational is not None:
+        evidence[f"{d.path}/queue/rotational"] = "1" if d.rotational else "0"
+    if d.scheduler is None:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"{d.name}: IO scheduler unparsable ({d.raw_scheduler[:40]!r})",
+            evidence,
+            expected="one scheduler in [brackets]",
+            remediation="A corrupt recording: re-record the snapshot or read "
+            f"{d.path}/queue/scheduler on the node.",
+            subject=d.name,
+        )
+    if d.kind == "NVMe":
+        allowed = p.nvme_schedulers
+    elif d.kind == "SSD":
+        allowed = p.ssd_schedulers
+    else:
+        # Rotating or unknown media (the scheduler's seek ordering earns its cost), or pmem.
+        return None
+    if d.scheduler in allowed:
+        return None
+    want = allowed[0] if allowed else "none"
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{d.name} ({d.kind}) uses the {d.scheduler} IO scheduler; {d.kind} wants {' or '.join(allowed)}",
+        evidence,
+        expected=" or ".join(allowed),
+        remediation=f"echo {want} > /sys/block/{d.name}/queue/scheduler; persist with a udev rule: "
+        f'ACTION=="add|change", KERNEL=="{re.sub(r"[0-9]+", "[0-9]*", d.name)}", '
+        f'ATTR{{queue/scheduler}}="{want}" in /etc/udev/rules.d/60-io-scheduler.rules',
+        subject=d.name,
+    )
 
 
 def _limit_text(lim: Limit) -> str:
@@ -423,75 +436,71 @@ def _limits(f: Facts, p: Params) -> list[Finding]:
                 subject="limits",
             )
         ]
-    out: list[Finding] = []
     memlock = f.limits.get(MEMLOCK)
-    if memlock is None:
-        out.append(_missing_limit(MEMLOCK, "memlock"))
-    elif not p.memlock_unlimited or memlock.soft == UNLIMITED:
-        out.append(
-            Finding(
-                ID,
-                Status.OK,
-                f"memlock {_limit_text(memlock)}",
-                {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
-                subject="memlock",
-            )
-        )
-    else:
-        raise_now = (
-            "the hard limit allows `ulimit -l unlimited` in the job script"
-            if memlock.hard == UNLIMITED
-            else "the hard limit must be raised first"
-        )
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"memlock limited ({_limit_text(memlock)}): RDMA memory registration (NCCL over "
-                "InfiniBand/RoCE, GPUDirect RDMA) fails beyond it with 'Cannot allocate memory'",
-                {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
-                expected="unlimited",
-                remediation=f"Set '* soft memlock unlimited' and '* hard memlock unlimited' in "
-                "/etc/security/limits.d/rdma.conf, LimitMEMLOCK=infinity for systemd services that start "
-                f"jobs (slurmd), docker run --ulimit memlock=-1; {raise_now}.",
-                subject="memlock",
-                fix="pinned-memory",
-            )
-        )
     nofile = f.limits.get(NOFILE)
-    if nofile is None:
-        out.append(_missing_limit(NOFILE, "nofile"))
-    elif nofile.soft == UNLIMITED or nofile.soft >= p.min_nofile:
-        out.append(
-            Finding(
-                ID,
-                Status.OK,
-                f"nofile {_limit_text(nofile)}",
-                {path: f"{NOFILE}: {_limit_text(nofile)}"},
-                expected=f">= {p.min_nofile}",
-                subject="nofile",
-            )
+    return [
+        _missing_limit(MEMLOCK, "memlock") if memlock is None else _memlock(memlock, p),
+        _missing_limit(NOFILE, "nofile") if nofile is None else _nofile(nofile, p),
+    ]
+
+
+def _memlock(memlock: Limit, p: Params) -> Finding:
+    path = limits_facts.LIMITS_PATH
+    if not p.memlock_unlimited or memlock.soft == UNLIMITED:
+        return Finding(
+            ID,
+            Status.OK,
+            f"memlock {_limit_text(memlock)}",
+            {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
+            subject="memlock",
         )
-    else:
-        hint = (
-            f"`ulimit -n {p.min_nofile}` in the job script (the hard limit allows it)"
-            if nofile.hard == UNLIMITED or nofile.hard >= p.min_nofile
-            else f"raise the hard limit first: '* hard nofile {p.min_nofile}'"
+    raise_now = (
+        "the hard limit allows `ulimit -l unlimited` in the job script"
+        if memlock.hard == UNLIMITED
+        else "the hard limit must be raised first"
+    )
+    return Finding(
+        ID,
+        Status.WARN,
+        f"memlock limited ({_limit_text(memlock)}): RDMA memory registration (NCCL over "
+        "InfiniBand/RoCE, GPUDirect RDMA) fails beyond it with 'Cannot allocate memory'",
+        {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
+        expected="unlimited",
+        remediation=f"Set '* soft memlock unlimited' and '* hard memlock unlimited' in "
+        "/etc/security/limits.d/rdma.conf, LimitMEMLOCK=infinity for systemd services that start "
+        f"jobs (slurmd), docker run --ulimit memlock=-1; {raise_now}.",
+        subject="memlock",
+        fix="pinned-memory",
+    )
+
+
+def _nofile(nofile: Limit, p: Params) -> Finding:
+    path = limits_facts.LIMITS_PATH
+    if nofile.soft == UNLIMITED or nofile.soft >= p.min_nofile:
+        return Finding(
+            ID,
+            Status.OK,
+            f"nofile {_limit_text(nofile)}",
+            {path: f"{NOFILE}: {_limit_text(nofile)}"},
+            expected=f">= {p.min_nofile}",
+            subject="nofile",
         )
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"nofile {_limit_text(nofile)}: below {p.min_nofile}; data loader workers and per-peer "
-                "sockets run out of descriptors",
-                {path: f"{NOFILE}: {_limit_text(nofile)}"},
-                expected=f">= {p.min_nofile}",
-                remediation=f"Set '* soft nofile {p.min_nofile}' and '* hard nofile {p.min_nofile}' in "
-                f"/etc/security/limits.d/90-nofile.conf (LimitNOFILE= for systemd services); now: {hint}.",
-                subject="nofile",
-            )
-        )
-    return out
+    hint = (
+        f"`ulimit -n {p.min_nofile}` in the job script (the hard limit allows it)"
+        if nofile.hard == UNLIMITED or nofile.hard >= p.min_nofile
+        else f"raise the hard limit first: '* hard nofile {p.min_nofile}'"
+    )
+    return Finding(
+        ID,
+        Status.WARN,
+        f"nofile {_limit_text(nofile)}: below {p.min_nofile}; data loader workers and per-peer "
+        "sockets run out of descriptors",
+        {path: f"{NOFILE}: {_limit_text(nofile)}"},
+        expected=f">= {p.min_nofile}",
+        remediation=f"Set '* soft nofile {p.min_nofile}' and '* hard nofile {p.min_nofile}' in "
+        f"/etc/security/limits.d/90-nofile.conf (LimitNOFILE= for systemd services); now: {hint}.",
+        subject="nofile",
+    )
 
 
 def _missing_limit(name: str, subject: str) -> Finding:

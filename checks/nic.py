@@ -248,129 +248,138 @@ def _evidence(n: Nic, f: Facts) -> dict[str, str]:
     return ev
 
 
+def _role(data: bool, required: bool) -> str:
+    if required:
+        return "required data NIC" if data else "required"
+    return "data NIC" if data else "NIC"
+
+
 def _nic_findings(n: Nic, f: Facts, p: Params) -> list[Finding]:
     data = _is_data(n, f, p)
     required = _matches(n.name, p.required)
-    role = (
-        "required data NIC"
-        if required and data
-        else "required"
-        if required
-        else "data NIC"
-        if data
-        else "NIC"
-    )
+    role = _role(data, required)
     ev = _evidence(n, f)
-    out: list[Finding] = []
     up, why = _link(n, f)
     if up is None:
         return [_link_unknown(n, role, why, ev, judged=data or required)]
     if not up:
-        rx = f.rx_packets.get(n.name) or 0
-        remediation = (
-            f"ip link set {n.name} up; check the cable and the switch port (ethtool {n.name}; "
-            f"for IB/RoCE ports: ibstat, mlxlink -d <device>)."
-        )
-        if required:
-            status = Status.FAIL
-        elif data or rx > 0:
-            status = Status.WARN
-        else:
-            return [
-                Finding(
-                    ID,
-                    Status.OK,
-                    f"{n.name} is down ({why}); not a data interface, so not cabled is fine "
-                    "(list it in `required` if it must be up)",
-                    ev,
-                    subject=n.name,
-                )
-            ]
-        traffic = (
-            f", though it received {rx} packets since boot (it lost its link)" if rx and not data else ""
-        )
-        return [
-            Finding(
-                ID,
-                status,
-                f"{role} {n.name} is down: {why}{traffic}",
-                ev,
-                expected="operstate up, carrier 1",
-                remediation=remediation,
-                subject=n.name,
-            )
-        ]
-
-    if data and p.min_speed_mbps > 0 and n.speed_mbps is not None and n.speed_mbps < p.min_speed_mbps:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"data NIC {n.name} links at {n.speed_mbps} Mb/s, below {p.min_speed_mbps} Mb/s",
-                ev,
-                expected=f">= {p.min_speed_mbps} Mb/s",
-                remediation=f"ethtool {n.name} (supported vs advertised modes); check the cable/transceiver "
-                f"rating and the switch port speed; ethtool -s {n.name} autoneg on.",
-                subject=n.name,
-            )
-        )
-    ipoib = n.link_type == ARPHRD_INFINIBAND
-    want_mtu = p.min_mtu_ipoib if ipoib else p.min_mtu_ethernet
-    if data and want_mtu > 0 and n.mtu is not None and n.mtu < want_mtu:
-        hint = (
-            f"IPoIB: set the fabric (subnet manager partition) to 4K MTU, or connected mode "
-            f"(echo connected > {NET_DIR}/{n.name}/mode) for up to 65520"
-            if ipoib
-            else f"ip link set dev {n.name} mtu {want_mtu} (and the switch ports: every hop must carry it)"
-        )
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"data NIC {n.name} has MTU {n.mtu}, below {want_mtu}"
-                + (" (IPoIB)" if ipoib else " (jumbo frames off)"),
-                ev,
-                expected=f"MTU >= {want_mtu}",
-                remediation=hint + "; persist it in the interface's netplan/NetworkManager configuration.",
-                subject=n.name,
-            )
-        )
-    if data and p.expected_drivers and (n.driver or "") not in p.expected_drivers:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"data NIC {n.name} is driven by {n.driver or 'no driver'}, "
-                f"expected {' or '.join(p.expected_drivers)}",
-                ev,
-                expected=" or ".join(p.expected_drivers),
-                remediation="Install or load the expected driver stack (e.g. DOCA-OFED/MLNX_OFED for "
-                "mlx5_core) and rebind the device.",
-                subject=n.name,
-            )
-        )
-    raw = f.numa_raw.get(n.name)
-    if f.numa_nodes > 1 and n.numa_node is None and _no_node(raw):
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{n.name} ({n.pci_address}) has no NUMA node (numa_node {raw}) "
-                f"on a {f.numa_nodes}-node machine: NIC/GPU/CPU affinity cannot be derived",
-                ev,
-                expected="numa_node >= 0",
-                remediation="The firmware gives no proximity (_PXM) for this slot: update the BIOS or enable "
-                "its NUMA/SRAT options; until then pin by hand (NCCL_IB_HCA, numactl) from the board manual.",
-                subject=n.name,
-                fix="numa-pinning",
-            )
-        )
+        return [_link_down(n, f, role, why, ev, data=data, required=required)]
+    found = [_speed_finding(n, p, ev), _mtu_finding(n, p, ev), _driver_finding(n, p, ev)] if data else []
+    found.append(_numa_finding(n, f, ev))
+    out = [x for x in found if x is not None]
     if not out:
+        ipoib = n.link_type == ARPHRD_INFINIBAND
         note = "" if data else " (not a data interface: speed and MTU not judged)"
         if data and n.speed_mbps is None:
             note = " (speed not reported" + ("; the IB rate is judged by the rdma check)" if ipoib else ")")
         out.append(Finding(ID, Status.OK, f"{role} {n.name}: {_describe(n, f)}{note}", ev, subject=n.name))
     return out
+
+
+def _link_down(
+    n: Nic, f: Facts, role: str, why: str, ev: dict[str, str], *, data: bool, required: bool
+) -> Finding:
+    """A NIC whose link is down: FAIL when required, WARN for a data NIC or one that carried traffic,
+    OK for a port that was never cabled."""
+    rx = f.rx_packets.get(n.name) or 0
+    if required:
+        status = Status.FAIL
+    elif data or rx > 0:
+        status = Status.WARN
+    else:
+        return Finding(
+            ID,
+            Status.OK,
+            f"{n.name} is down ({why}); not a data interface, so not cabled is fine "
+            "(list it in `required` if it must be up)",
+            ev,
+            subject=n.name,
+        )
+    traffic = f", though it received {rx} packets since boot (it lost its link)" if rx and not data else ""
+    return Finding(
+        ID,
+        status,
+        f"{role} {n.name} is down: {why}{traffic}",
+        ev,
+        expected="operstate up, carrier 1",
+        remediation=(
+            f"ip link set {n.name} up; check the cable and the switch port (ethtool {n.name}; "
+            f"for IB/RoCE ports: ibstat, mlxlink -d <device>)."
+        ),
+        subject=n.name,
+    )
+
+
+def _speed_finding(n: Nic, p: Params, ev: dict[str, str]) -> Finding | None:
+    if p.min_speed_mbps <= 0 or n.speed_mbps is None or n.speed_mbps >= p.min_speed_mbps:
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"data NIC {n.name} links at {n.speed_mbps} Mb/s, below {p.min_speed_mbps} Mb/s",
+        ev,
+        expected=f">= {p.min_speed_mbps} Mb/s",
+        remediation=f"ethtool {n.name} (supported vs advertised modes); check the cable/transceiver "
+        f"rating and the switch port speed; ethtool -s {n.name} autoneg on.",
+        subject=n.name,
+    )
+
+
+def _mtu_finding(n: Nic, p: Params, ev: dict[str, str]) -> Finding | None:
+    ipoib = n.link_type == ARPHRD_INFINIBAND
+    want_mtu = p.min_mtu_ipoib if ipoib else p.min_mtu_ethernet
+    if want_mtu <= 0 or n.mtu is None or n.mtu >= want_mtu:
+        return None
+    hint = (
+        f"IPoIB: set the fabric (subnet manager partition) to 4K MTU, or connected mode "
+        f"(echo connected > {NET_DIR}/{n.name}/mode) for up to 65520"
+        if ipoib
+        else f"ip link set dev {n.name} mtu {want_mtu} (and the switch ports: every hop must carry it)"
+    )
+    return Finding(
+        ID,
+        Status.WARN,
+        f"data NIC {n.name} has MTU {n.mtu}, below {want_mtu}"
+        + (" (IPoIB)" if ipoib else " (jumbo frames off)"),
+        ev,
+        expected=f"MTU >= {want_mtu}",
+        remediation=hint + "; persist it in the interface's netplan/NetworkManager configuration.",
+        subject=n.name,
+    )
+
+
+def _driver_finding(n: Nic, p: Params, ev: dict[str, str]) -> Finding | None:
+    if not p.expected_drivers or (n.driver or "") in p.expected_drivers:
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"data NIC {n.name} is driven by {n.driver or 'no driver'}, "
+        f"expected {' or '.join(p.expected_drivers)}",
+        ev,
+        expected=" or ".join(p.expected_drivers),
+        remediation="Install or load the expected driver stack (e.g. DOCA-OFED/MLNX_OFED for "
+        "mlx5_core) and rebind the device.",
+        subject=n.name,
+    )
+
+
+def _numa_finding(n: Nic, f: Facts, ev: dict[str, str]) -> Finding | None:
+    raw = f.numa_raw.get(n.name)
+    if f.numa_nodes <= 1 or n.numa_node is not None or not _no_node(raw):
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{n.name} ({n.pci_address}) has no NUMA node (numa_node {raw}) "
+        f"on a {f.numa_nodes}-node machine: NIC/GPU/CPU affinity cannot be derived",
+        ev,
+        expected="numa_node >= 0",
+        remediation="The firmware gives no proximity (_PXM) for this slot: update the BIOS or enable "
+        "its NUMA/SRAT options; until then pin by hand (NCCL_IB_HCA, numactl) from the board manual.",
+        subject=n.name,
+        fix="numa-pinning",
+    )
 
 
 def _no_node(raw: str | None) -> bool:
@@ -488,24 +497,27 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
             "`ip -d link` and `ethtool`",
         )
     ]
-    names = [n.name for n in physical]
-    for pattern in p.required:
-        if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
-            findings.append(
-                Finding(
-                    ID,
-                    Status.FAIL,
-                    f"required interface {pattern} not found among physical NICs "
-                    f"({', '.join(names) or 'none'})",
-                    {NET_DIR: ", ".join(n.name for n in f.nics) or "(empty)"},
-                    expected=f"a physical NIC matching {pattern}",
-                    remediation="Check the adapter is seated and its driver loaded (lspci -k; "
-                    "dmesg | grep -i eth), and that udev naming did not rename it.",
-                    subject=pattern,
-                )
-            )
+    findings += _required_missing(f, p, [n.name for n in physical])
     findings.append(_peermem_finding(f, p))
     return findings
+
+
+def _required_missing(f: Facts, p: Params, names: list[str]) -> list[Finding]:
+    """A FAIL for each `required` pattern that no physical NIC matches."""
+    return [
+        Finding(
+            ID,
+            Status.FAIL,
+            f"required interface {pattern} not found among physical NICs ({', '.join(names) or 'none'})",
+            {NET_DIR: ", ".join(n.name for n in f.nics) or "(empty)"},
+            expected=f"a physical NIC matching {pattern}",
+            remediation="Check the adapter is seated and its driver loaded (lspci -k; "
+            "dmesg | grep -i eth), and that udev naming did not rename it.",
+            subject=pattern,
+        )
+        for pattern in p.required
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in names)
+    ]
 
 
 CHECK = Check(

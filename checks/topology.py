@@ -189,38 +189,11 @@ def _affinity(f: Facts, v: _View, p: Params) -> list[Finding]:
     good_cells: dict[str, str] = {}
     for g in v.gpus:
         best, names = _nearest(f, g, v.nics)
-        ev = {f"{g}-{n}": link(f, g, n) or "?" for n in v.nics}
-        if best is None:
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"{g}: distance to the NICs unknown (not placed in the PCI tree, no nvidia-smi)",
-                    ev,
-                    expected=f"a NIC at {limit} or closer",
-                    remediation=f"Run `{SMI}` on the node, or record it in the snapshot.",
-                    subject=g,
-                )
-            )
-        elif rank(best) > rank(limit):
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"{g} has no NIC closer than {best} (nearest: {', '.join(names)})",
-                    ev,
-                    expected=f"a NIC at {limit} or closer",
-                    remediation=(
-                        "Install or move a NIC onto this GPU's socket (its root complex, ideally behind "
-                        "the GPU's PCIe switch). Until then its network traffic crosses sockets and NCCL "
-                        f"does not use GPUDirect RDMA for it beyond NCCL_NET_GDR_LEVEL; see {GDR_DOC}."
-                    ),
-                    subject=g,
-                )
-            )
-        else:
+        if best is not None and rank(best) <= rank(limit):
             good.append(f"{g} {'+'.join(names)} {best}")
             good_cells |= {f"{g}-{n}": best for n in names}
+        else:
+            out.append(_far_from_nics(f, v, g, best, names, limit))
     if good and len(good) == len(v.gpus):
         out.append(
             Finding(
@@ -232,6 +205,34 @@ def _affinity(f: Facts, v: _View, p: Params) -> list[Finding]:
             )
         )
     return out
+
+
+def _far_from_nics(f: Facts, v: _View, g: str, best: str | None, names: list[str], limit: str) -> Finding:
+    """A GPU whose nearest NIC is beyond `limit`, or whose distance to the NICs is unknown (best None)."""
+    ev = {f"{g}-{n}": link(f, g, n) or "?" for n in v.nics}
+    if best is None:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"{g}: distance to the NICs unknown (not placed in the PCI tree, no nvidia-smi)",
+            ev,
+            expected=f"a NIC at {limit} or closer",
+            remediation=f"Run `{SMI}` on the node, or record it in the snapshot.",
+            subject=g,
+        )
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g} has no NIC closer than {best} (nearest: {', '.join(names)})",
+        ev,
+        expected=f"a NIC at {limit} or closer",
+        remediation=(
+            "Install or move a NIC onto this GPU's socket (its root complex, ideally behind "
+            "the GPU's PCIe switch). Until then its network traffic crosses sockets and NCCL "
+            f"does not use GPUDirect RDMA for it beyond NCCL_NET_GDR_LEVEL; see {GDR_DOC}."
+        ),
+        subject=g,
+    )
 
 
 def _numa(f: Facts, v: _View) -> list[Finding]:
@@ -329,8 +330,6 @@ def _cross_check(f: Facts) -> list[Finding]:
     if not t.gpus:
         return []
     ev: dict[str, str] = {}
-    differ = 0
-    compared = 0
     sys_gpus = [g.name for g in t.gpus]
     only_sysfs = [g for g in sys_gpus if g not in smi.gpus]
     only_smi = [g for g in smi.gpus if g not in sys_gpus]
@@ -338,6 +337,49 @@ def _cross_check(f: Facts) -> list[Finding]:
         ev["GPUs in sysfs, not in nvidia-smi"] = ", ".join(only_sysfs)
     if only_smi:
         ev["GPUs in nvidia-smi, not in sysfs"] = ", ".join(only_smi)
+    differ, compared = _differing_cells(smi, t, ev)
+    differ += _differing_numa(smi, t, ev)
+    if differ or only_sysfs or only_smi:
+        return [_disagreement(ev, differ, compared, only_sysfs, only_smi)]
+    return [
+        Finding(
+            ID,
+            Status.OK,
+            f"sysfs matrix agrees with nvidia-smi topo -m on {compared} PCIe cell(s) and on NUMA nodes",
+            {SMI: f"{len(smi.gpus)} GPU(s), {len(smi.nics)} NIC(s)"},
+            subject="cross-check",
+        )
+    ]
+
+
+def _disagreement(
+    ev: dict[str, str], differ: int, compared: int, only_sysfs: list[str], only_smi: list[str]
+) -> Finding:
+    parts = []
+    if differ:
+        parts.append(f"{differ} of {compared} cell(s) differ")
+    if only_sysfs:
+        parts.append(f"{', '.join(only_sysfs)} not seen by the driver")
+    if only_smi:
+        parts.append(f"{', '.join(only_smi)} not found in sysfs")
+    return Finding(
+        ID,
+        Status.WARN,
+        "sysfs topology and nvidia-smi topo -m disagree: " + "; ".join(parts),
+        ev,
+        expected="the same level in both for every GPU/NIC pair",
+        remediation="A GPU missing from the driver has fallen off the bus or failed to initialise "
+        "(check dmesg for Xid/AER errors); otherwise re-record the snapshot on the node, where "
+        "nvidia-smi and sysfs are read together.",
+        subject="cross-check",
+    )
+
+
+def _differing_cells(smi: TopoMatrix, t: PciTopology, ev: dict[str, str]) -> tuple[int, int]:
+    """PCIe cells (GPU-GPU, GPU-NIC) where the two matrices give different levels, and the cells
+    compared; the first few differences go to `ev`. NVLink cells are not compared: sysfs has no NVLink."""
+    differ = compared = 0
+    sys_gpus = [g.name for g in t.gpus]
     names = [g for g in sys_gpus if g in smi.gpus] + [n.name for n in t.nics if n.name in smi.devices]
     gpu_names = set(sys_gpus)
     for i, a in enumerate(names):
@@ -353,44 +395,21 @@ def _cross_check(f: Facts) -> list[Finding]:
                 if differ <= _MAX_CELLS:
                     ev[f"{SMI}: {a}-{b}"] = theirs
                     ev[f"sysfs: {a}-{b}"] = ours or "unknown"
+    return differ, compared
+
+
+def _differing_numa(smi: TopoMatrix, t: PciTopology, ev: dict[str, str]) -> int:
+    """GPUs whose NUMA node differs between sysfs and the driver's NUMA Affinity (each into `ev`)."""
+    differ = 0
     by_name = {g.name: g for g in t.gpus}
-    for g in sys_gpus:
+    for g in [g.name for g in t.gpus]:
         theirs_numa = smi.numa_affinity.get(g)
         ours_numa = by_name[g].numa_node
         if g in smi.gpus and theirs_numa is not None and ours_numa is not None and theirs_numa != ours_numa:
             differ += 1
             ev[f"{SMI}: {g} NUMA Affinity"] = str(theirs_numa)
             ev[f"{PCI_DIR}/{by_name[g].pci_address}/numa_node"] = str(ours_numa)
-    if differ or only_sysfs or only_smi:
-        parts = []
-        if differ:
-            parts.append(f"{differ} of {compared} cell(s) differ")
-        if only_sysfs:
-            parts.append(f"{', '.join(only_sysfs)} not seen by the driver")
-        if only_smi:
-            parts.append(f"{', '.join(only_smi)} not found in sysfs")
-        return [
-            Finding(
-                ID,
-                Status.WARN,
-                "sysfs topology and nvidia-smi topo -m disagree: " + "; ".join(parts),
-                ev,
-                expected="the same level in both for every GPU/NIC pair",
-                remediation="A GPU missing from the driver has fallen off the bus or failed to initialise "
-                "(check dmesg for Xid/AER errors); otherwise re-record the snapshot on the node, where "
-                "nvidia-smi and sysfs are read together.",
-                subject="cross-check",
-            )
-        ]
-    return [
-        Finding(
-            ID,
-            Status.OK,
-            f"sysfs matrix agrees with nvidia-smi topo -m on {compared} PCIe cell(s) and on NUMA nodes",
-            {SMI: f"{len(smi.gpus)} GPU(s), {len(smi.nics)} NIC(s)"},
-            subject="cross-check",
-        )
-    ]
+    return differ
 
 
 def _unplaced(f: Facts, v: _View) -> list[Finding]:

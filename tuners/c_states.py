@@ -93,6 +93,40 @@ def _boot_advice(f: Facts, boot: dict[str, str], notes: list[str]) -> Change | N
     return Change(ID, "kernel command line", before, setting, Scope.BOOT, why)
 
 
+def _deep_states(f: Facts, max_latency_us: int) -> tuple[dict[int, str], IdleState | None]:
+    """CPU -> its enabled idle states slower to exit than `max_latency_us`, and the deepest enabled state."""
+    deep_by_cpu: dict[int, str] = {}
+    deepest: IdleState | None = None
+    for cpu, states in sorted(f.idle_states.items()):
+        enabled = [s for s in states if not s.disabled and s.latency_us is not None]
+        for s in enabled:
+            if deepest is None or (s.latency_us or 0) > (deepest.latency_us or 0):
+                deepest = s
+        labels = [_label(s) for s in enabled if (s.latency_us or 0) > max_latency_us]
+        if labels:
+            deep_by_cpu[cpu] = ", ".join(labels)
+    return deep_by_cpu, deepest
+
+
+def _latency_limit(deep_by_cpu: dict[int, str], max_latency_us: int) -> Change:
+    """The PM QoS wake-up latency limit, held while jobs run, naming the states it keeps CPUs out of."""
+    groups: dict[str, list[int]] = {}
+    for cpu, text in deep_by_cpu.items():
+        groups.setdefault(text, []).append(cpu)
+    where = "; ".join(f"{text} on CPUs {format_cpulist(cpus)}" for text, cpus in groups.items())
+    return Change(
+        ID,
+        "CPU wake-up latency limit (/dev/cpu_dma_latency)",
+        f"no limit: {where}",
+        f"{max_latency_us} us",
+        Scope.PROCESS,
+        f"{HELD}; deeper idle states are not entered meanwhile ({DOC_PM_QOS}; "
+        "tuned plugin_cpu force_latency does the same)",
+        profile_key=PROFILE_KEY,
+        value=max_latency_us,
+    )
+
+
 def plan(f: Facts, p: Params) -> Plan:
     if not f.cpuidle_present and not any(f.idle_states.values()):
         return Plan(
@@ -115,40 +149,15 @@ def plan(f: Facts, p: Params) -> Plan:
             ID,
             notes=[f"no idle states readable under {CPU_DIR}/cpu*/cpuidle/state*: nothing to limit"],
         )
-    deep_by_cpu: dict[int, str] = {}
-    deepest: IdleState | None = None
-    for cpu, states in sorted(f.idle_states.items()):
-        enabled = [s for s in states if not s.disabled and s.latency_us is not None]
-        for s in enabled:
-            if deepest is None or (s.latency_us or 0) > (deepest.latency_us or 0):
-                deepest = s
-        labels = [_label(s) for s in enabled if (s.latency_us or 0) > p.max_latency_us]
-        if labels:
-            deep_by_cpu[cpu] = ", ".join(labels)
+    deep_by_cpu, deepest = _deep_states(f, p.max_latency_us)
     if not deep_by_cpu:
         seen = f" (deepest enabled: {_label(deepest)})" if deepest else ""
         return Plan(
             ID,
             notes=[f"no enabled idle state exits slower than {p.max_latency_us} us{seen}: nothing to limit"],
         )
-    groups: dict[str, list[int]] = {}
-    for cpu, text in deep_by_cpu.items():
-        groups.setdefault(text, []).append(cpu)
-    where = "; ".join(f"{text} on CPUs {format_cpulist(cpus)}" for text, cpus in groups.items())
     notes: list[str] = []
-    changes = [
-        Change(
-            ID,
-            "CPU wake-up latency limit (/dev/cpu_dma_latency)",
-            f"no limit: {where}",
-            f"{p.max_latency_us} us",
-            Scope.PROCESS,
-            f"{HELD}; deeper idle states are not entered meanwhile ({DOC_PM_QOS}; "
-            "tuned plugin_cpu force_latency does the same)",
-            profile_key=PROFILE_KEY,
-            value=p.max_latency_us,
-        )
-    ]
+    changes = [_latency_limit(deep_by_cpu, p.max_latency_us)]
     advice = _boot_advice(f, system.parse_cmdline(f.cmdline or ""), notes)
     if advice:
         changes.append(advice)

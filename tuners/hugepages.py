@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nodeagent.api.check import param
 from nodeagent.api.tune import Change, Plan, Scope, Tuner, runtime_write
@@ -125,6 +126,13 @@ def _count(raw: str | None) -> int | None:
     return int(raw) if raw is not None and raw.isdigit() else None
 
 
+class _Target(NamedTuple):
+    label: str  # "node 0", or "the machine" without NUMA folders
+    path: str  # its nr_hugepages
+    raw: str | None  # the value read
+    memory_mib: int | None  # the node's memory
+
+
 def plan(f: Facts, p: Params) -> Plan:
     kb = size_kb(p.size)
     if kb is None:  # Params already refuses this; a plan never raises
@@ -144,87 +152,87 @@ def plan(f: Facts, p: Params) -> Plan:
         notes.append(
             f"GPU memory nodes {', '.join(map(str, f.gpu_memory_nodes))} are left out: ranks run on CPU nodes"
         )
-    # (label, nr_hugepages path, value read, node memory in MiB)
-    targets: list[tuple[str, str, str | None, int | None]] = []
-    if f.per_node:
-        run_nodes = [n for n in f.nodes if n.cpus]
-        left = [n.id for n in f.nodes if not n.cpus]
-        if left:
-            notes.append(f"nodes without CPUs ({', '.join(map(str, left))}) are left out: no rank runs there")
-        memoryless = [n.id for n in run_nodes if n.memory_mib == 0]
-        if memoryless:
-            notes.append(f"nodes {', '.join(map(str, memoryless))} have no memory: nothing to reserve there")
-        for n in run_nodes:
-            if n.memory_mib == 0:
-                continue
-            if kb not in n.nr_hugepages:
-                offered = ", ".join(size_text(s) for s in sorted(n.nr_hugepages)) or "none"
-                return Plan(
-                    ID,
-                    notes=[
-                        *notes,
-                        f"node {n.id} has no {size} pool (sizes offered: {offered}): nothing planned; "
-                        f"a size the CPU supports but the kernel did not set up needs "
-                        f"hugepagesz={_boot_size(kb)} at boot",
-                    ],
-                )
-            path = f"{NODE_DIR}/node{n.id}/hugepages/hugepages-{kb}kB/nr_hugepages"
-            targets.append((f"node {n.id}", path, n.nr_hugepages[kb], n.memory_mib))
-    elif kb in f.global_pools:
-        # No NUMA folders (CONFIG_NUMA=n): the one global pool is the single node's.
-        targets.append(
-            (
-                "the machine",
-                f"{HUGE_DIR}/hugepages-{kb}kB/nr_hugepages",
-                f.global_pools[kb],
-                f.memory_total_mib,
-            )
-        )
-    else:
-        offered = ", ".join(size_text(s) for s in sorted(f.global_pools)) or "none"
-        return Plan(
-            ID, notes=[*notes, f"no {size} pool under {HUGE_DIR} (sizes: {offered}): nothing planned"]
-        )
+    targets, stop = _node_targets(f, kb, size, notes) if f.per_node else _global_target(f, kb, size)
+    if stop is not None:
+        return Plan(ID, notes=[*notes, stop])
     if not targets:
         return Plan(ID, notes=[*notes, "no NUMA node with CPUs and memory: nothing planned"])
-
-    need = _mib(p.pages_per_node, kb)
-    refused: list[str] = []
-    for label, _path, _raw, memory in targets:
-        if memory is None:
-            refused.append(
-                f"memory of {label} unknown, so the request cannot be checked against max_fraction"
-            )
-        elif need > p.max_fraction * memory:
-            refused.append(
-                f"{label}: {p.pages_per_node} x {size} = {need:.0f} MiB is more than "
-                f"{p.max_fraction:g} of its {memory} MiB"
-            )
-    unreadable = [label for label, _path, raw, _memory in targets if _count(raw) is None]
-    if unreadable:
-        refused.append(f"nr_hugepages unreadable on {', '.join(unreadable)}")
+    refused = _refusals(targets, p, kb, size)
     if refused:
         return Plan(ID, notes=[*notes, "refused, nothing planned: " + "; ".join(refused)])
-
-    if all(_count(raw) == p.pages_per_node for _label, _path, raw, _memory in targets):
+    if all(_count(t.raw) == p.pages_per_node for t in targets):
         return Plan(ID, notes=[*notes, f"already {p.pages_per_node} x {size} pages on each node"])
-    where = ", ".join(label for label, *_ in targets)
+    return Plan(ID, [_change(f, targets, p, kb, size)], notes)
+
+
+def _node_targets(f: Facts, kb: int, size: str, notes: list[str]) -> tuple[list[_Target], str | None]:
+    """The pool of `kb` pages on every NUMA node that runs ranks; or why nothing can be planned."""
+    run_nodes = [n for n in f.nodes if n.cpus]
+    left = [n.id for n in f.nodes if not n.cpus]
+    if left:
+        notes.append(f"nodes without CPUs ({', '.join(map(str, left))}) are left out: no rank runs there")
+    memoryless = [n.id for n in run_nodes if n.memory_mib == 0]
+    if memoryless:
+        notes.append(f"nodes {', '.join(map(str, memoryless))} have no memory: nothing to reserve there")
+    targets = []
+    for n in run_nodes:
+        if n.memory_mib == 0:
+            continue
+        if kb not in n.nr_hugepages:
+            offered = ", ".join(size_text(s) for s in sorted(n.nr_hugepages)) or "none"
+            return [], (
+                f"node {n.id} has no {size} pool (sizes offered: {offered}): nothing planned; "
+                f"a size the CPU supports but the kernel did not set up needs "
+                f"hugepagesz={_boot_size(kb)} at boot"
+            )
+        path = f"{NODE_DIR}/node{n.id}/hugepages/hugepages-{kb}kB/nr_hugepages"
+        targets.append(_Target(f"node {n.id}", path, n.nr_hugepages[kb], n.memory_mib))
+    return targets, None
+
+
+def _global_target(f: Facts, kb: int, size: str) -> tuple[list[_Target], str | None]:
+    """No NUMA folders (CONFIG_NUMA=n): the one global pool is the single node's."""
+    if kb not in f.global_pools:
+        offered = ", ".join(size_text(s) for s in sorted(f.global_pools)) or "none"
+        return [], f"no {size} pool under {HUGE_DIR} (sizes: {offered}): nothing planned"
+    path = f"{HUGE_DIR}/hugepages-{kb}kB/nr_hugepages"
+    return [_Target("the machine", path, f.global_pools[kb], f.memory_total_mib)], None
+
+
+def _refusals(targets: list[_Target], p: Params, kb: int, size: str) -> list[str]:
+    """Why the request must not be applied: too large a share of a node's memory, or unknowable."""
+    need = _mib(p.pages_per_node, kb)
+    refused: list[str] = []
+    for t in targets:
+        if t.memory_mib is None:
+            refused.append(
+                f"memory of {t.label} unknown, so the request cannot be checked against max_fraction"
+            )
+        elif need > p.max_fraction * t.memory_mib:
+            refused.append(
+                f"{t.label}: {p.pages_per_node} x {size} = {need:.0f} MiB is more than "
+                f"{p.max_fraction:g} of its {t.memory_mib} MiB"
+            )
+    unreadable = [t.label for t in targets if _count(t.raw) is None]
+    if unreadable:
+        refused.append(f"nr_hugepages unreadable on {', '.join(unreadable)}")
+    return refused
+
+
+def _change(f: Facts, targets: list[_Target], p: Params, kb: int, size: str) -> Change:
+    where = ", ".join(t.label for t in targets)
     if f.per_node:
-        node_ids = [int(label.split()[-1]) for label, *_ in targets]
+        node_ids = [int(t.label.split()[-1]) for t in targets]
         where = f"node{'s' if len(node_ids) > 1 else ''} {format_cpulist(node_ids)}"
+    need = _mib(p.pages_per_node, kb)
     why = (
         f"{p.pages_per_node} x {size} = {need:.0f} MiB per node, local to the ranks pinned there; taken "
         "from ordinary memory; the kernel may give fewer when memory is fragmented (verify reports "
         f"it) ({DOC})"
     )
-    change = runtime_write(
-        ID,
-        f"{size} huge pages on {where}",
-        why,
-        {path: raw for _label, path, raw, _memory in targets},
-        str(p.pages_per_node),
+    return runtime_write(
+        ID, f"{size} huge pages on {where}", why, {t.path: t.raw for t in targets}, str(p.pages_per_node)
     )
-    return Plan(ID, [change], notes)
 
 
 def _node(path: str) -> str:
@@ -232,77 +240,79 @@ def _node(path: str) -> str:
     return f"node {m.group(1)}" if m else "the machine"
 
 
+@dataclass
+class _Readback:
+    """The pools of one change as read back: what each holds against what was asked."""
+
+    evidence: dict[str, str] = field(default_factory=dict)
+    short: list[str] = field(default_factory=list)
+    over: list[str] = field(default_factory=list)
+    broken: list[str] = field(default_factory=list)
+    boot_counts: list[str] = field(default_factory=list)  # hugepages= entries, node:count
+
+
+def _read_back(host: Host, c: Change) -> _Readback:
+    back = _Readback()
+    for w in c.writes:
+        asked = int(w.after)
+        got = _count(host.read_value(w.path))
+        node = _node(w.path)
+        back.evidence[w.path] = f"{'(unreadable)' if got is None else got} (asked {asked})"
+        m = re.search(r"/node(\d+)/", w.path)
+        back.boot_counts.append(f"{m.group(1)}:{asked}" if m else str(asked))
+        if got is None:
+            back.broken.append(node)
+        elif got < asked:
+            back.short.append(f"{node} got {got} of {asked} ({asked - got} short)")
+        elif got > asked:
+            back.over.append(f"{node} holds {got}, {got - asked} more than asked (pages in use stay)")
+    return back
+
+
 def verify(host: Host, changes: list[Change], check_id: str = "tune") -> list[Finding]:
     """Read the pools back. The kernel allocates what it can: fewer pages than asked is a WARN
     naming the shortfall per node (not a FAIL: the pool works, only smaller); an unreadable pool
     is a FAIL."""
-    findings: list[Finding] = []
-    for c in changes:
-        if c.tuner != ID or c.scope is not Scope.RUNTIME or not c.writes:
-            continue
-        evidence: dict[str, str] = {}
-        short: list[str] = []
-        over: list[str] = []
-        broken: list[str] = []
-        boot_counts: list[str] = []
+    return [
+        _verdict(c, _read_back(host, c), check_id)
+        for c in changes
+        if c.tuner == ID and c.scope is Scope.RUNTIME and c.writes
+    ]
+
+
+def _verdict(c: Change, back: _Readback, check_id: str) -> Finding:
+    if back.broken:
+        return Finding(
+            check_id,
+            Status.FAIL,
+            f"{ID}: {c.target}: pool unreadable on {', '.join(back.broken)}",
+            back.evidence,
+            expected=c.after,
+            remediation="Read the pool on the node (grep -i huge /proc/meminfo), or revert with "
+            "`nodeagent revert`.",
+            subject=c.target,
+            fix=ID,
+        )
+    if back.short or back.over:
         size_kb_m = re.search(r"hugepages-(\d+)kB", c.writes[0].path)
         kb = int(size_kb_m.group(1)) if size_kb_m else 0
-        for w in c.writes:
-            asked = int(w.after)
-            got = _count(host.read_value(w.path))
-            node = _node(w.path)
-            evidence[w.path] = f"{'(unreadable)' if got is None else got} (asked {asked})"
-            m = re.search(r"/node(\d+)/", w.path)
-            boot_counts.append(f"{m.group(1)}:{asked}" if m else str(asked))
-            if got is None:
-                broken.append(node)
-            elif got < asked:
-                short.append(f"{node} got {got} of {asked} ({asked - got} short)")
-            elif got > asked:
-                over.append(f"{node} holds {got}, {got - asked} more than asked (pages in use stay)")
-        boot = f"hugepagesz={_boot_size(kb)} hugepages={','.join(boot_counts)}"
-        if broken:
-            findings.append(
-                Finding(
-                    check_id,
-                    Status.FAIL,
-                    f"{ID}: {c.target}: pool unreadable on {', '.join(broken)}",
-                    evidence,
-                    expected=c.after,
-                    remediation="Read the pool on the node (grep -i huge /proc/meminfo), or revert with "
-                    "`nodeagent revert`.",
-                    subject=c.target,
-                    fix=ID,
-                )
-            )
-        elif short or over:
-            findings.append(
-                Finding(
-                    check_id,
-                    Status.WARN,
-                    f"{ID}: {c.target}: " + "; ".join(short + over),
-                    evidence,
-                    expected=f"{c.after} per node",
-                    remediation="Run-time allocation stops at the contiguous free memory it finds: "
-                    "compact memory (echo 1 > /proc/sys/vm/compact_memory) or drop caches and apply "
-                    f"again, or reserve at boot, before memory fragments: {boot} on the kernel "
-                    f"command line ({DOC_PARAMS}).",
-                    subject=c.target,
-                    fix=ID,
-                )
-            )
-        else:
-            findings.append(
-                Finding(
-                    check_id,
-                    Status.OK,
-                    f"{ID}: {c.target} = {c.after} each",
-                    evidence,
-                    subject=c.target,
-                    fix=ID,
-                )
-            )
-    return findings
+        boot = f"hugepagesz={_boot_size(kb)} hugepages={','.join(back.boot_counts)}"
+        return Finding(
+            check_id,
+            Status.WARN,
+            f"{ID}: {c.target}: " + "; ".join(back.short + back.over),
+            back.evidence,
+            expected=f"{c.after} per node",
+            remediation="Run-time allocation stops at the contiguous free memory it finds: "
+            "compact memory (echo 1 > /proc/sys/vm/compact_memory) or drop caches and apply "
+            f"again, or reserve at boot, before memory fragments: {boot} on the kernel "
+            f"command line ({DOC_PARAMS}).",
+            subject=c.target,
+            fix=ID,
+        )
+    return Finding(
+        check_id, Status.OK, f"{ID}: {c.target} = {c.after} each", back.evidence, subject=c.target, fix=ID
+    )
 
 
 TUNER = Tuner(

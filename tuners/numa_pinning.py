@@ -124,6 +124,19 @@ def plan(f: RankFacts, p: Params) -> Plan:
             ],
             details={"ranks": entries, "layout_source": lay.source},
         )
+    notes += _sharing_notes(lay, p)
+    notes.append(
+        "applied per job by `nodeagent exec --local-rank N -- CMD` (rank from LOCAL_RANK, SLURM_LOCALID "
+        "or OMPI_COMM_WORLD_LOCAL_RANK otherwise): numactl --physcpubind=<cpus> --membind=<numa_node>, "
+        "or sched_setaffinity + set_mempolicy without numactl"
+    )
+    change = _binding(f, lay, entries)
+    return Plan(ID, [change], notes, details={"ranks": entries, "layout_source": lay.source})
+
+
+def _sharing_notes(lay: RankLayout, p: Params) -> list[str]:
+    """What the binding leaves shared: SMT siblings kept when they are unknown, ranks on one node's CPUs."""
+    notes = []
     if not p.smt and any(s.cpus and s.physical_cores is None for s in lay.slots):
         notes.append("smt=false asked for one thread per core, but SMT siblings are unknown: all CPUs kept")
     shared = [s.local_rank for s in lay.slots if s.shares_with]
@@ -133,11 +146,11 @@ def plan(f: RankFacts, p: Params) -> Plan:
             f"with the other ranks of the node (tf-threads divides the pools); {ID}.split_shared_nodes=true "
             "gives each rank cores of its own"
         )
-    notes.append(
-        "applied per job by `nodeagent exec --local-rank N -- CMD` (rank from LOCAL_RANK, SLURM_LOCALID "
-        "or OMPI_COMM_WORLD_LOCAL_RANK otherwise): numactl --physcpubind=<cpus> --membind=<numa_node>, "
-        "or sched_setaffinity + set_mempolicy without numactl"
-    )
+    return notes
+
+
+def _binding(f: RankFacts, lay: RankLayout, entries: list[dict[str, Any]]) -> Change:
+    """The one change: every rank's CPUs, memory node and NIC, applied per job by `nodeagent exec`."""
     allowed = f.allowed
     before = (
         f"not pinned: every rank may run on CPUs {parse.format_cpulist(allowed)} and allocate on any node"
@@ -151,7 +164,7 @@ def plan(f: RankFacts, p: Params) -> Plan:
         )
     else:
         why = f"each rank's threads and memory stay on its NUMA node(s) (numactl(8), {NUMACTL_DOC})"
-    change = Change(
+    return Change(
         ID,
         TARGET,
         before,
@@ -161,7 +174,6 @@ def plan(f: RankFacts, p: Params) -> Plan:
         profile_key=PROFILE_KEY,
         value=entries,
     )
-    return Plan(ID, [change], notes, details={"ranks": entries, "layout_source": lay.source})
 
 
 TUNER = Tuner(

@@ -159,22 +159,7 @@ def plan(f: Facts, p: Params) -> Plan:
     if layout.error:
         return Plan(ID, notes=[f"nothing planned: {layout.error}"])
     notes: list[str] = []
-    changes: list[Change] = []
-    limit, how = host_mem_limit_mb(f, p, layout)
-    if limit is None:
-        notes.append(
-            f"{HOST_MEM} not planned: {how}; TF keeps its default of {TF_DEFAULT_HOST_MEM_MB} MiB per rank"
-        )
-    else:
-        changes.append(
-            _env(
-                f,
-                HOST_MEM,
-                str(limit),
-                f"cap each rank's pinned host memory at its share of its node ({how}); TF's default is "
-                f"{TF_DEFAULT_HOST_MEM_MB} MiB per process ({GPU_PROCESS_STATE})",
-            )
-        )
+    changes = _host_mem(f, p, layout, notes)
     changes.append(
         _env(
             f,
@@ -196,6 +181,25 @@ def plan(f: Facts, p: Params) -> Plan:
     notes += memlock_notes
     notes.append("set in each job's environment and limits by `nodeagent exec`")
     return Plan(ID, changes, notes)
+
+
+def _host_mem(f: Facts, p: Params, layout: ranks.RankLayout, notes: list[str]) -> list[Change]:
+    """The per-rank pinned host memory cap, or a note saying why none is planned."""
+    limit, how = host_mem_limit_mb(f, p, layout)
+    if limit is None:
+        notes.append(
+            f"{HOST_MEM} not planned: {how}; TF keeps its default of {TF_DEFAULT_HOST_MEM_MB} MiB per rank"
+        )
+        return []
+    return [
+        _env(
+            f,
+            HOST_MEM,
+            str(limit),
+            f"cap each rank's pinned host memory at its share of its node ({how}); TF's default is "
+            f"{TF_DEFAULT_HOST_MEM_MB} MiB per process ({GPU_PROCESS_STATE})",
+        )
+    ]
 
 
 def _memlock(f: Facts, p: Params) -> tuple[list[Change], list[str]]:

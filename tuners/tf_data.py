@@ -203,6 +203,24 @@ def _shown(options: dict[str, Any]) -> str:
     )
 
 
+def _unlaid_pool(f: RankFacts) -> tuple[int | None, str, list[str]]:
+    """Without a rank layout: the pool sized to the physical cores this process may use, if known."""
+    whole = _whole_process_pool(f)
+    if whole is None:
+        note = (
+            "the CPUs this process may use are unknown (no /sys/devices/system/cpu, no "
+            "/proc/self/status): threading.private_threadpool_size is left to TensorFlow"
+        )
+        return None, "private thread pool left to TensorFlow (CPUs unknown)", [note]
+    notes = [
+        "no rank layout could be made here (see numa-pinning): the pool is sized to the "
+        f"{whole} physical cores this process may use"
+    ]
+    whole, capped = _quota_cap(f, whole, 1)
+    what = f"private thread pool of {whole} threads: the physical cores this process may use"
+    return whole, what, notes + capped
+
+
 def _pool(f: RankFacts, p: Params) -> tuple[int | None, str, list[str], dict[str, Any]]:
     """The private pool size, what it is (for the snippet's comment), notes, and per-rank details."""
     if p.private_threadpool_size > 0:
@@ -216,21 +234,8 @@ def _pool(f: RankFacts, p: Params) -> tuple[int | None, str, list[str], dict[str
     pools = {s.local_rank: _rank_pool(s) for s in lay.slots}
     sized = {r: n for r, n in pools.items() if n is not None}
     if not sized:
-        whole = _whole_process_pool(f)
-        if whole is None:
-            notes.append(
-                "the CPUs this process may use are unknown (no /sys/devices/system/cpu, no "
-                "/proc/self/status): threading.private_threadpool_size is left to TensorFlow"
-            )
-            return None, "private thread pool left to TensorFlow (CPUs unknown)", notes + layout_notes, {}
-        notes.append(
-            "no rank layout could be made here (see numa-pinning): the pool is sized to the "
-            f"{whole} physical cores this process may use"
-        )
-        whole, capped = _quota_cap(f, whole, 1)
-        notes += capped
-        what = f"private thread pool of {whole} threads: the physical cores this process may use"
-        return whole, what, notes + layout_notes, {}
+        whole, what, unlaid = _unlaid_pool(f)
+        return whole, what, notes + unlaid + layout_notes, {}
     pool = min(sized.values())
     pool, capped = _quota_cap(f, pool, len(lay.slots))
     notes += capped

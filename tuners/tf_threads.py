@@ -128,13 +128,7 @@ def threads(f: Facts, p: Params) -> tuple[list[Threads], list[str], str | None]:
         return [], notes, lay.error
     if not lay.slots:
         return [], [*lay.notes], "no rank could be placed"
-    allowed = f.ranks.allowed
-    runs: list[list[int]] = []
-    for s in lay.slots:
-        run = s.cpus or list(allowed or [])
-        if not s.cpus and run:
-            notes.append(f"rank {s.local_rank} is not pinned: sized for every allowed CPU it may run on")
-        runs.append(run)
+    runs = _runs(lay.slots, f.ranks.allowed, notes)
     if not any(runs):
         return [], [*lay.notes], "no rank's CPUs are known (no CPU list in sysfs, nvidia-smi or the cgroup)"
     node_of = f.ranks.topology.node_of_cpu
@@ -173,6 +167,17 @@ def threads(f: Facts, p: Params) -> tuple[list[Threads], list[str], str | None]:
     return out, notes, None
 
 
+def _runs(slots: list[RankSlot], allowed: list[int] | None, notes: list[str]) -> list[list[int]]:
+    """The CPUs each rank runs on: its binding, or every allowed CPU when it is not pinned."""
+    runs: list[list[int]] = []
+    for s in slots:
+        run = s.cpus or list(allowed or [])
+        if not s.cpus and run:
+            notes.append(f"rank {s.local_rank} is not pinned: sized for every allowed CPU it may run on")
+        runs.append(run)
+    return runs
+
+
 def _nodes(s: RankSlot, run: list[int], node_of: dict[int, int]) -> int:
     if s.cpus and s.mems:
         return len(s.mems)
@@ -194,51 +199,8 @@ def plan(f: Facts, p: Params) -> Plan:
     if p.intra_op > 0:
         forced = f"forced by {ID}.intra_op={p.intra_op} instead of one thread per physical core ({TF_DOC})"
         why[INTRA] = why[OMP] = forced
-    changes: list[Change] = []
-    for var in VARS:
-        before = _before(f, var)
-        per_rank = values[var]
-        if len(set(per_rank.values())) == 1:
-            same = str(next(iter(per_rank.values())))
-            changes.append(
-                Change(
-                    ID,
-                    f"env {var}",
-                    before,
-                    same,
-                    Scope.PROCESS,
-                    why[var],
-                    profile_key=f"env.{var}",
-                    value=same,
-                )
-            )
-            continue
-        for r, n in sorted(per_rank.items()):
-            changes.append(
-                Change(
-                    ID,
-                    f"env {var} (rank {r})",
-                    before,
-                    str(n),
-                    Scope.PROCESS,
-                    why[var],
-                    profile_key=f"rank_env.{r}.{var}",
-                    value=str(n),
-                )
-            )
-    # One line per group of ranks on the same CPUs (eight lines on a DGX would say four things twice).
-    groups: dict[tuple[int, ...], list[Threads]] = {}
-    for t in sized:
-        groups.setdefault(tuple(sorted(t.cpus)), []).append(t)
-    for group in groups.values():
-        t = group[0]
-        ids = parse.format_cpulist(g.local_rank for g in group)
-        who = f"rank {ids}" if len(group) == 1 else f"ranks {ids}"
-        notes.append(
-            f"{who}: {t.cores} {t.unit} among CPUs {parse.format_cpulist(t.cpus)}"
-            + (f", shared by {t.sharing} ranks" if t.sharing > 1 else "")
-            + f", {t.nodes} NUMA node(s): intra-op {t.intra}, inter-op {t.inter} each"
-        )
+    changes = [c for var in VARS for c in _var_changes(var, _before(f, var), values[var], why[var])]
+    notes += _group_notes(sized)
     notes.append(
         "set in each job's environment by `nodeagent exec` (TensorFlow reads them once, at start-up)"
     )
@@ -249,6 +211,46 @@ def plan(f: Facts, p: Params) -> Plan:
         ]
     }
     return Plan(ID, changes, notes, details)
+
+
+def _var_changes(var: str, before: str, per_rank: dict[int, int], why: str) -> list[Change]:
+    """One change of `var` for every rank when all get the same value, else one per rank."""
+    if len(set(per_rank.values())) == 1:
+        same = str(next(iter(per_rank.values())))
+        return [
+            Change(ID, f"env {var}", before, same, Scope.PROCESS, why, profile_key=f"env.{var}", value=same)
+        ]
+    return [
+        Change(
+            ID,
+            f"env {var} (rank {r})",
+            before,
+            str(n),
+            Scope.PROCESS,
+            why,
+            profile_key=f"rank_env.{r}.{var}",
+            value=str(n),
+        )
+        for r, n in sorted(per_rank.items())
+    ]
+
+
+def _group_notes(sized: list[Threads]) -> list[str]:
+    """One line per group of ranks on the same CPUs (eight lines on a DGX would say four things twice)."""
+    groups: dict[tuple[int, ...], list[Threads]] = {}
+    for t in sized:
+        groups.setdefault(tuple(sorted(t.cpus)), []).append(t)
+    notes = []
+    for group in groups.values():
+        t = group[0]
+        ids = parse.format_cpulist(g.local_rank for g in group)
+        who = f"rank {ids}" if len(group) == 1 else f"ranks {ids}"
+        notes.append(
+            f"{who}: {t.cores} {t.unit} among CPUs {parse.format_cpulist(t.cpus)}"
+            + (f", shared by {t.sharing} ranks" if t.sharing > 1 else "")
+            + f", {t.nodes} NUMA node(s): intra-op {t.intra}, inter-op {t.inter} each"
+        )
+    return notes
 
 
 def _before(f: Facts, var: str) -> str:

@@ -248,109 +248,34 @@ def _chain(host: Host, mount: Mount, path: str) -> tuple[list[str], bool]:
 def _collect(host: Host) -> CgroupCpus:
     r = Reader(host)
     evidence: dict[str, str] = {}
-
-    affinity: list[int] | None = None
-    mems: list[int] | None = None
-    status = host.read(STATUS)
-    if status is not None:
-        fields = parse.key_values(status)
-        for key, setter in (("Cpus_allowed_list", "cpus"), ("Mems_allowed_list", "mems")):
-            raw = fields.get(key)
-            if raw is None:
-                continue
-            evidence[f"{STATUS} {key}"] = raw
-            try:
-                value = parse.cpulist(raw)
-            except ValueError:
-                r.problems.append(f"{STATUS}: unparsable {key} {raw[:60]!r}")
-                continue
-            if setter == "cpus":
-                affinity = value
-            else:
-                mems = value
-
-    groups: dict[str, str] = {}
-    cg_text = host.read(CGROUP)
-    if cg_text is not None:
-        groups = parse_proc_cgroup(cg_text)
-        evidence[CGROUP] = "; ".join(line.strip() for line in cg_text.splitlines() if line.strip())[:300]
-    if "cpuset" not in groups:
-        # Kernels and recordings without /proc/self/cgroup still have the cpuset's own file.
-        legacy = host.read_value(CPUSET)
-        if legacy and legacy.startswith("/"):
-            groups["cpuset"] = legacy
-            evidence[CPUSET] = legacy
-
+    affinity, mems = _allowed_lists(host, r, evidence)
+    groups = _groups(host, evidence)
     mounts, mounts_source = _mounts(host)
     if mounts_source:
-        evidence[mounts_source] = (
-            ", ".join(
-                f"{m.point} (cgroup{'2' if m.version == 2 else ''}"
-                + (f" {','.join(sorted(m.controllers))}" if m.controllers else "")
-                + (f" root {m.root}" if m.root != "/" else "")
-                + ")"
-                for m in mounts
-            )
-            or "no cgroup mounts"
-        )
+        evidence[mounts_source] = _mounts_text(mounts)
 
-    namespace_root = False
     versions: dict[str, int] = {}
     paths: dict[str, str] = {}
-
-    def hierarchy(controller: str) -> tuple[Mount, str] | None:
-        v1 = [m for m in mounts if m.version == 1 and controller in m.controllers]
-        if v1:
-            return v1[0], groups.get(controller, "/")
-        v2 = [m for m in mounts if m.version == 2]
-        if v2:
-            # A hybrid host mounts cgroup2 beside v1 (/sys/fs/cgroup/unified); prefer the canonical one.
-            v2.sort(key=lambda m: m.point != CGROUP_ROOT)
-            return v2[0], groups.get("", "/")
-        return None
-
+    namespace_root = False
     quota: float | None = None
     quota_source: str | None = None
-    found = hierarchy("cpu")
+    found = _hierarchy(mounts, groups, "cpu")
     if found:
         mount, path = found
         versions["cpu"], paths["cpu"] = mount.version, path
         dirs, fallback = _chain(host, mount, path)
         namespace_root |= fallback
-        # Every level throttles (sched-bwc.rst: a child cannot run more than its parent's quota):
-        # the tightest quota along the path binds.
-        for d in dirs:
-            level, source = _quota_at(r, d, mount.version, evidence)
-            if level is not None and (quota is None or level < quota):
-                quota, quota_source = level, source
+        quota, quota_source = _tightest_quota(r, dirs, mount.version, evidence)
 
     cpuset: list[int] | None = None
     cpuset_source: str | None = None
-    found = hierarchy("cpuset")
+    found = _hierarchy(mounts, groups, "cpuset")
     if found:
         mount, path = found
         versions["cpuset"], paths["cpuset"] = mount.version, path
         dirs, fallback = _chain(host, mount, path)
         namespace_root |= fallback
-        # The innermost group's effective set already folds in every ancestor's (cpusets.rst: a
-        # child's cpus are a subset of its parent's), so the first file found walking up wins.
-        names = ["cpuset.cpus.effective"] if mount.version == 2 else list(V1_CPUSET_FILES)
-        if mount.version == 1:
-            names = names[2:] if mount.noprefix else names[:2]
-        for d in dirs:
-            for name in names:
-                file = f"{d}/{name}"
-                raw = host.read_value(file)
-                if raw is None:
-                    continue
-                cpus = r.cpulist(file)
-                if not cpus:  # empty: no cpuset configured at this level; corrupt: recorded by r
-                    continue
-                evidence[file] = raw
-                cpuset, cpuset_source = cpus, file
-                break
-            if cpuset is not None:
-                break
+        cpuset, cpuset_source = _innermost_cpuset(host, r, dirs, mount, evidence)
 
     return CgroupCpus(
         affinity=affinity,
@@ -367,6 +292,106 @@ def _collect(host: Host) -> CgroupCpus:
         evidence=evidence,
         problems=r.problems,
     )
+
+
+def _allowed_lists(
+    host: Host, r: Reader, evidence: dict[str, str]
+) -> tuple[list[int] | None, list[int] | None]:
+    """Cpus_allowed_list and Mems_allowed_list of /proc/self/status (None where absent or corrupt)."""
+    status = host.read(STATUS)
+    if status is None:
+        return None, None
+    fields = parse.key_values(status)
+    lists: dict[str, list[int] | None] = {}
+    for key in ("Cpus_allowed_list", "Mems_allowed_list"):
+        raw = fields.get(key)
+        lists[key] = None
+        if raw is None:
+            continue
+        evidence[f"{STATUS} {key}"] = raw
+        try:
+            lists[key] = parse.cpulist(raw)
+        except ValueError:
+            r.problems.append(f"{STATUS}: unparsable {key} {raw[:60]!r}")
+    return lists["Cpus_allowed_list"], lists["Mems_allowed_list"]
+
+
+def _groups(host: Host, evidence: dict[str, str]) -> dict[str, str]:
+    """The process's group per controller, from /proc/self/cgroup (or the older /proc/self/cpuset)."""
+    groups: dict[str, str] = {}
+    cg_text = host.read(CGROUP)
+    if cg_text is not None:
+        groups = parse_proc_cgroup(cg_text)
+        evidence[CGROUP] = "; ".join(line.strip() for line in cg_text.splitlines() if line.strip())[:300]
+    if "cpuset" not in groups:
+        # Kernels and recordings without /proc/self/cgroup still have the cpuset's own file.
+        legacy = host.read_value(CPUSET)
+        if legacy and legacy.startswith("/"):
+            groups["cpuset"] = legacy
+            evidence[CPUSET] = legacy
+    return groups
+
+
+def _mounts_text(mounts: list[Mount]) -> str:
+    return (
+        ", ".join(
+            f"{m.point} (cgroup{'2' if m.version == 2 else ''}"
+            + (f" {','.join(sorted(m.controllers))}" if m.controllers else "")
+            + (f" root {m.root}" if m.root != "/" else "")
+            + ")"
+            for m in mounts
+        )
+        or "no cgroup mounts"
+    )
+
+
+def _hierarchy(mounts: list[Mount], groups: dict[str, str], controller: str) -> tuple[Mount, str] | None:
+    """The mount holding `controller` and the process's group in it: a v1 hierarchy, else cgroup2."""
+    v1 = [m for m in mounts if m.version == 1 and controller in m.controllers]
+    if v1:
+        return v1[0], groups.get(controller, "/")
+    v2 = [m for m in mounts if m.version == 2]
+    if v2:
+        # A hybrid host mounts cgroup2 beside v1 (/sys/fs/cgroup/unified); prefer the canonical one.
+        v2.sort(key=lambda m: m.point != CGROUP_ROOT)
+        return v2[0], groups.get("", "/")
+    return None
+
+
+def _tightest_quota(
+    r: Reader, dirs: list[str], version: int, evidence: dict[str, str]
+) -> tuple[float | None, str | None]:
+    # Every level throttles (sched-bwc.rst: a child cannot run more than its parent's quota):
+    # the tightest quota along the path binds.
+    quota: float | None = None
+    quota_source: str | None = None
+    for d in dirs:
+        level, source = _quota_at(r, d, version, evidence)
+        if level is not None and (quota is None or level < quota):
+            quota, quota_source = level, source
+    return quota, quota_source
+
+
+def _innermost_cpuset(
+    host: Host, r: Reader, dirs: list[str], mount: Mount, evidence: dict[str, str]
+) -> tuple[list[int] | None, str | None]:
+    # The innermost group's effective set already folds in every ancestor's (cpusets.rst: a
+    # child's cpus are a subset of its parent's), so the first file found walking up wins.
+    names = ["cpuset.cpus.effective"] if mount.version == 2 else list(V1_CPUSET_FILES)
+    if mount.version == 1:
+        names = names[2:] if mount.noprefix else names[:2]
+    for d in dirs:
+        for name in names:
+            file = f"{d}/{name}"
+            raw = host.read_value(file)
+            if raw is None:
+                continue
+            cpus = r.cpulist(file)
+            if not cpus:  # empty: no cpuset configured at this level; corrupt: recorded by r
+                continue
+            evidence[file] = raw
+            return cpus, file
+    return None, None
 
 
 def _quota_at(

@@ -25,22 +25,7 @@ def collect(host: Host, commands: bool = True) -> dict[str, Any]:
     return {
         "host": host.name,
         "source": host.kind,
-        "topology": {
-            "cpu_model": t.cpu_model,
-            "packages": t.packages,
-            "cores": t.cores,
-            "threads_per_core": t.threads_per_core,
-            "cpus_online": t.cpus_online,
-            "cpus_offline": t.cpus_offline,
-            "smt_control": t.smt_control,
-            "memory_total_mib": t.memory_total_mib,
-            "numa_nodes": [
-                {"id": n.id, "cpus": n.cpus, "memory_mib": n.memory_mib, "distances": n.distances}
-                for n in t.numa_nodes
-            ],
-            "gpu_memory_nodes": [asdict(g) for g in t.gpu_memory_nodes],
-            "ignored_numa_nodes": t.ignored_numa_nodes,
-        },
+        "topology": _topology(t),
         "pci": [asdict(d) for d in pci.collect(host)],
         # Where sysfs shows no GPU, those of `nvidia-smi -q -x` (addressed): what the gpu check judges.
         # A recording's driver list costs no command, so a gate on one names GPUs by address too.
@@ -64,6 +49,25 @@ def collect(host: Host, commands: bool = True) -> dict[str, Any]:
         "dmi": sysinfo.dmi,
         "problems": sorted({*t.problems, *mem.problems}),
         "notes": [] if matrix is not None else [f"nvidia-smi topo -m: {matrix_missing}"],
+    }
+
+
+def _topology(t: topology.Topology) -> dict[str, Any]:
+    return {
+        "cpu_model": t.cpu_model,
+        "packages": t.packages,
+        "cores": t.cores,
+        "threads_per_core": t.threads_per_core,
+        "cpus_online": t.cpus_online,
+        "cpus_offline": t.cpus_offline,
+        "smt_control": t.smt_control,
+        "memory_total_mib": t.memory_total_mib,
+        "numa_nodes": [
+            {"id": n.id, "cpus": n.cpus, "memory_mib": n.memory_mib, "distances": n.distances}
+            for n in t.numa_nodes
+        ],
+        "gpu_memory_nodes": [asdict(g) for g in t.gpu_memory_nodes],
+        "ignored_numa_nodes": t.ignored_numa_nodes,
     }
 
 

@@ -288,107 +288,156 @@ def build(
     `cpu_only`). Never raises: what cannot be placed is said in `notes` (or `error`)."""
     notes = list(f.notes)
     topo = f.topology
-    allowed = set(f.allowed) if f.allowed is not None else None
     node_cpus = {n.id: list(n.cpus) for n in topo.numa_nodes if n.cpus}
     if topo.gpu_memory_nodes:
         ids = parse.format_cpulist(n.id for n in topo.gpu_memory_nodes)
         notes.append(f"NUMA node(s) {ids} hold GPU memory and have no CPUs: never a rank's node")
-
-    def trim(cpus: list[int]) -> list[int]:
-        return [c for c in cpus if allowed is None or c in allowed]
-
-    drafts: list[_Draft] = []
-    error: str | None = None
     if ranks < 0:
         return RankLayout(
             [], SOURCE_NUMA, notes, error=f"ranks={ranks}: give 0 (automatic) or a positive count"
         )
-    use_gpus = f.gpus and not cpu_only
-    if use_gpus:
-        sources = sorted(
-            {s for g in f.gpus for s in g.source.split(" + ")}, key=(SOURCE_SYSFS, SOURCE_SMI).index
-        )
-        source = " + ".join(sources)
-        if ranks > len(f.gpus):
-            error = (
-                f"ranks={ranks} but this node has {len(f.gpus)} GPU(s) "
-                f"({', '.join(g.name for g in f.gpus)}): "
-                "one rank per GPU is the layout planned here; give ranks <= the GPU count, or cpu_only "
-                "for CPU ranks"
-            )
-        chosen = f.gpus[:ranks] if 0 < ranks <= len(f.gpus) else f.gpus
-        for g in chosen:
-            node, why = _node_of(g, node_cpus)
-            if why:
-                notes.append(why)
-            # The node's CPUs when the topology knows them (what --membind pairs with), else the
-            # GPU's own local CPUs (sysfs local_cpulist or nvidia-smi's CPU Affinity).
-            base = node_cpus[node] if node is not None and node in node_cpus else list(g.local_cpus or [])
-            drafts.append(_Draft(g, [] if node is None else [node], base))
+    error: str | None = None
+    if f.gpus and not cpu_only:
+        source = _gpu_source(f.gpus)
+        error = _too_many_ranks(f.gpus, ranks)
+        drafts = _gpu_drafts(f.gpus, ranks, node_cpus, notes)
     else:
         source = SOURCE_NUMA
-        if not node_cpus:
-            notes.append("no NUMA node with CPUs is known (no /sys/devices/system/node or cpu topology)")
+        numa_drafts = _numa_drafts(f, ranks, node_cpus, notes)
+        if numa_drafts is None:
             return RankLayout([], source, notes)
-        usable = []
-        for n, cpus in sorted(node_cpus.items()):
-            if trim(cpus):
-                usable.append(n)
-            else:
-                notes.append(
-                    f"NUMA node {n}: none of its CPUs {_cpus_text(cpus)} is allowed by {_allowed_text(f)}: "
-                    "no rank there"
-                )
-        if not usable:
-            return RankLayout([], source, notes)
-        count = ranks or len(usable)
-        if count <= len(usable):
-            # Fewer ranks than nodes: each rank takes a run of neighbouring nodes (contiguous ids,
-            # which on multi-node sockets are the same package).
-            for chunk in _chunks(usable, count):
-                drafts.append(_Draft(None, chunk, [c for n in chunk for c in node_cpus[n]]))
-        else:
-            # More ranks than nodes: ranks fill nodes in order, the first nodes taking one extra.
-            for n, k in zip(usable, _sizes(count, len(usable)), strict=True):
-                drafts += [_Draft(None, [n], list(node_cpus[n])) for _ in range(k)]
+        drafts = numa_drafts
+    _keep_allowed(drafts, f, notes)
+    _nic_notes(drafts, notes)
+    if split_shared_nodes:
+        _split(drafts, topo, notes)
+    slots = _slots(drafts, topo)
+    _slot_notes(slots, notes)
+    return RankLayout(slots, source, notes, error=error, split=split_shared_nodes)
 
-    # cgroup: keep what this process may use, and say what it cost.
-    for i, d in enumerate(drafts):
-        mine = trim(d.cpus)
-        label = f"rank {i}" + (f" ({d.gpu.name})" if d.gpu else "")
-        where = f"NUMA node {d.nodes[0]}'s" if len(d.nodes) == 1 else "its"
-        by = _allowed_text(f)
-        if d.cpus and not mine:
+
+def _trim(cpus: list[int], allowed: list[int] | None) -> list[int]:
+    """The CPUs of `cpus` this process may use (all of them when the allowed set is unknown)."""
+    if allowed is None:
+        return list(cpus)
+    permitted = set(allowed)
+    return [c for c in cpus if c in permitted]
+
+
+def _gpu_source(places: list[GpuPlace]) -> str:
+    sources = sorted({s for g in places for s in g.source.split(" + ")}, key=(SOURCE_SYSFS, SOURCE_SMI).index)
+    return " + ".join(sources)
+
+
+def _too_many_ranks(places: list[GpuPlace], ranks: int) -> str | None:
+    if ranks <= len(places):
+        return None
+    return (
+        f"ranks={ranks} but this node has {len(places)} GPU(s) "
+        f"({', '.join(g.name for g in places)}): "
+        "one rank per GPU is the layout planned here; give ranks <= the GPU count, or cpu_only "
+        "for CPU ranks"
+    )
+
+
+def _gpu_drafts(
+    places: list[GpuPlace], ranks: int, node_cpus: dict[int, list[int]], notes: list[str]
+) -> list[_Draft]:
+    """One rank per GPU (the first `ranks` of them when fewer are asked for)."""
+    drafts = []
+    chosen = places[:ranks] if 0 < ranks <= len(places) else places
+    for g in chosen:
+        node, why = _node_of(g, node_cpus)
+        if why:
+            notes.append(why)
+        # The node's CPUs when the topology knows them (what --membind pairs with), else the
+        # GPU's own local CPUs (sysfs local_cpulist or nvidia-smi's CPU Affinity).
+        base = node_cpus[node] if node is not None and node in node_cpus else list(g.local_cpus or [])
+        drafts.append(_Draft(g, [] if node is None else [node], base))
+    return drafts
+
+
+def _numa_drafts(
+    f: RankFacts, ranks: int, node_cpus: dict[int, list[int]], notes: list[str]
+) -> list[_Draft] | None:
+    """CPU ranks over the NUMA nodes with allowed CPUs; None when there is no such node."""
+    if not node_cpus:
+        notes.append("no NUMA node with CPUs is known (no /sys/devices/system/node or cpu topology)")
+        return None
+    usable = []
+    for n, cpus in sorted(node_cpus.items()):
+        if _trim(cpus, f.allowed):
+            usable.append(n)
+        else:
             notes.append(
-                f"{label}: none of {where} CPUs {_cpus_text(d.cpus)} is allowed by {by}: not pinned, "
-                "and no memory binding there either (a cpuset without a node's CPUs rarely allows its memory)"
+                f"NUMA node {n}: none of its CPUs {_cpus_text(cpus)} is allowed by {_allowed_text(f)}: "
+                "no rank there"
             )
-            d.nodes = []
-        elif len(mine) < len(d.cpus):
-            notes.append(f"{label}: {where} CPUs {_cpus_text(d.cpus)} trimmed to {_cpus_text(mine)} by {by}")
-        d.cpus = mine
-        mems_allowed = f.cpus.mems_allowed
-        if mems_allowed is not None:
-            refused = [n for n in d.nodes if n not in mems_allowed]
-            if refused:
-                notes.append(
-                    f"{label}: memory of node(s) {parse.format_cpulist(refused)} is not allowed "
-                    f"(Mems_allowed_list {_cpus_text(mems_allowed)}): no memory binding there"
-                )
-            d.nodes = [n for n in d.nodes if n in mems_allowed]
+    if not usable:
+        return None
+    count = ranks or len(usable)
+    if count <= len(usable):
+        # Fewer ranks than nodes: each rank takes a run of neighbouring nodes (contiguous ids,
+        # which on multi-node sockets are the same package).
+        return [
+            _Draft(None, chunk, [c for n in chunk for c in node_cpus[n]]) for chunk in _chunks(usable, count)
+        ]
+    # More ranks than nodes: ranks fill nodes in order, the first nodes taking one extra.
+    drafts = []
+    for n, k in zip(usable, _sizes(count, len(usable)), strict=True):
+        drafts += [_Draft(None, [n], list(node_cpus[n])) for _ in range(k)]
+    return drafts
+
+
+def _keep_allowed(drafts: list[_Draft], f: RankFacts, notes: list[str]) -> None:
+    """cgroup: keep the CPUs and memory nodes this process may use, and say what it cost."""
+    for i, d in enumerate(drafts):
+        label = f"rank {i}" + (f" ({d.gpu.name})" if d.gpu else "")
+        _keep_allowed_cpus(d, label, f, notes)
+        _keep_allowed_mems(d, label, f.cpus.mems_allowed, notes)
+
+
+def _keep_allowed_cpus(d: _Draft, label: str, f: RankFacts, notes: list[str]) -> None:
+    mine = _trim(d.cpus, f.allowed)
+    where = f"NUMA node {d.nodes[0]}'s" if len(d.nodes) == 1 else "its"
+    by = _allowed_text(f)
+    if d.cpus and not mine:
+        notes.append(
+            f"{label}: none of {where} CPUs {_cpus_text(d.cpus)} is allowed by {by}: not pinned, "
+            "and no memory binding there either (a cpuset without a node's CPUs rarely allows its memory)"
+        )
+        d.nodes = []
+    elif len(mine) < len(d.cpus):
+        notes.append(f"{label}: {where} CPUs {_cpus_text(d.cpus)} trimmed to {_cpus_text(mine)} by {by}")
+    d.cpus = mine
+
+
+def _keep_allowed_mems(d: _Draft, label: str, mems_allowed: list[int] | None, notes: list[str]) -> None:
+    if mems_allowed is None:
+        return
+    refused = [n for n in d.nodes if n not in mems_allowed]
+    if refused:
+        notes.append(
+            f"{label}: memory of node(s) {parse.format_cpulist(refused)} is not allowed "
+            f"(Mems_allowed_list {_cpus_text(mems_allowed)}): no memory binding there"
+        )
+    d.nodes = [n for n in d.nodes if n in mems_allowed]
+
+
+def _nic_notes(drafts: list[_Draft], notes: list[str]) -> None:
+    """Say which GPU ranks have no data NIC near them (once for all when none has)."""
     gpu_drafts = [(i, d.gpu) for i, d in enumerate(drafts) if d.gpu is not None]
     if gpu_drafts and not any(g.nics for _, g in gpu_drafts):
         notes.append(
             f"no RDMA or >= {MIN_NIC_GBPS:g} Gb/s NIC closer to a GPU than SYS (cross-socket) is known"
         )
-    else:
-        for i, g in gpu_drafts:
-            if not g.nics:
-                notes.append(f"rank {i} ({g.name}): no RDMA or >= {MIN_NIC_GBPS:g} Gb/s NIC closer than SYS")
+        return
+    for i, g in gpu_drafts:
+        if not g.nics:
+            notes.append(f"rank {i} ({g.name}): no RDMA or >= {MIN_NIC_GBPS:g} Gb/s NIC closer than SYS")
 
-    if split_shared_nodes:
-        _split(drafts, topo, notes)
 
+def _slots(drafts: list[_Draft], topo: Topology) -> list[RankSlot]:
     slots = []
     core_of = topo.core_of
     for i, d in enumerate(drafts):
@@ -408,6 +457,11 @@ def build(
                 shares_with=[j for j, o in enumerate(drafts) if j != i and set(o.cpus) & set(d.cpus)],
             )
         )
+    return slots
+
+
+def _slot_notes(slots: list[RankSlot], notes: list[str]) -> None:
+    """What the finished layout leaves to the job: an unknown SMT layout, ranks sharing CPUs."""
     if any(s.cpus and s.physical_cores is None for s in slots):
         notes.append(
             "which CPUs are SMT siblings is unknown (no /sys/devices/system/cpu/*/topology here): CPUs "
@@ -420,7 +474,6 @@ def build(
             f"ranks {', '.join(map(str, group))} share {where} CPUs {_cpus_text(first.cpus)}: their "
             "thread pools must divide these CPUs"
         )
-    return RankLayout(slots, source, notes, error=error, split=split_shared_nodes)
 
 
 def _sizes(total: int, parts: int) -> list[int]:

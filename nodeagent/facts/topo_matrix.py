@@ -201,6 +201,16 @@ def _is_header(line: str) -> bool:
     return bool(words) and words[0].startswith("GPU0") and "X" not in words
 
 
+@dataclass
+class _Rows:
+    """The matrix and affinity cells of the rows read, by device name (NICs under their real names)."""
+
+    links: dict[str, dict[str, str]] = field(default_factory=dict)
+    cpu_aff: dict[str, list[int] | None] = field(default_factory=dict)
+    numa_aff: dict[str, int | None] = field(default_factory=dict)
+    gpu_numa: dict[str, int | None] = field(default_factory=dict)
+
+
 def parse_topo(text: str) -> TopoMatrix:
     """Parse `nvidia-smi topo -m` (or `-mp`) output; ValueError when it holds no complete matrix.
 
@@ -223,14 +233,16 @@ def parse_topo(text: str) -> TopoMatrix:
     body = lines[header_at + 1 :]
     legend = _legend(body)
     notes: list[str] = []
+    rows = _read_rows(header, body, legend, notes)
+    _check_complete(header, rows, legend, notes)
+    names = [legend.get(d, d) for d in devices]
+    return TopoMatrix(names, rows.links, rows.cpu_aff, rows.numa_aff, rows.gpu_numa, tuple(notes))
 
-    def name(d: str) -> str:
-        return legend.get(d, d)
 
-    links: dict[str, dict[str, str]] = {}
-    cpu_aff: dict[str, list[int] | None] = {}
-    numa_aff: dict[str, int | None] = {}
-    gpu_numa: dict[str, int | None] = {}
+def _read_rows(header: _Header, body: list[str], legend: dict[str, str], notes: list[str]) -> _Rows:
+    """The rows below the header, up to the legend; ValueError on a row whose cells cannot be placed."""
+    devices = header.devices
+    rows = _Rows()
     for line in body:
         first = line.split()[:1]
         if not first:
@@ -239,37 +251,47 @@ def parse_topo(text: str) -> TopoMatrix:
             break
         if first[0] not in devices:
             continue
-        placed = _row_cells(header, line)
-        if placed is None:
-            raise ValueError(f"malformed row for {first[0]}: {line.strip()!r}")
-        row, cells = placed
-        matrix_cells = [cells.get(d, "") for d in devices]
-        if not all(_LINK.match(c) for c in matrix_cells):
-            raise ValueError(f"malformed row for {row}: {line.strip()!r}")
-        if cells[row] != "X":
-            raise ValueError(f"misaligned row for {row} (no X on the diagonal): {line.strip()!r}")
-        links[name(row)] = {name(d): c for d, c in zip(devices, matrix_cells, strict=True)}
+        row, cells = _matrix_row(header, line, first[0])
+        rows.links[legend.get(row, row)] = {legend.get(d, d): cells.get(d, "") for d in devices}
         if row.startswith("GPU"):
             if "?" in cells.values():
                 notes.append(f"{row}: the affinity cells do not line up with the header; read as unknown")
-            cpu_aff[row] = _cpus(cells.get("CPU Affinity", ""), row, notes)
-            numa_aff[row] = _number(cells.get("NUMA Affinity", ""))
+            rows.cpu_aff[row] = _cpus(cells.get("CPU Affinity", ""), row, notes)
+            rows.numa_aff[row] = _number(cells.get("NUMA Affinity", ""))
             if "GPU NUMA ID" in header.columns:
-                gpu_numa[row] = _number(cells.get("GPU NUMA ID", ""))
-    if not links:
+                rows.gpu_numa[row] = _number(cells.get("GPU NUMA ID", ""))
+    return rows
+
+
+def _matrix_row(header: _Header, line: str, first: str) -> tuple[str, dict[str, str]]:
+    """A row's label and cells, each matrix cell a link and "X" on the diagonal; else ValueError."""
+    placed = _row_cells(header, line)
+    if placed is None:
+        raise ValueError(f"malformed row for {first}: {line.strip()!r}")
+    row, cells = placed
+    if not all(_LINK.match(cells.get(d, "")) for d in header.devices):
+        raise ValueError(f"malformed row for {row}: {line.strip()!r}")
+    if cells[row] != "X":
+        raise ValueError(f"misaligned row for {row} (no X on the diagonal): {line.strip()!r}")
+    return row, cells
+
+
+def _check_complete(header: _Header, rows: _Rows, legend: dict[str, str], notes: list[str]) -> None:
+    """ValueError without rows or with a GPU column lacking its row; notes for what is merely short."""
+    devices = header.devices
+    if not rows.links:
         raise ValueError("no matrix rows after the header")
-    missing_gpus = [d for d in devices if d.startswith("GPU") and name(d) not in links]
+    missing_gpus = [d for d in devices if d.startswith("GPU") and legend.get(d, d) not in rows.links]
     if missing_gpus:
         raise ValueError(f"truncated: no row for {', '.join(missing_gpus)}")
-    missing_nics = [name(d) for d in devices if name(d) not in links]
+    missing_nics = [legend.get(d, d) for d in devices if legend.get(d, d) not in rows.links]
     if missing_nics:
         notes.append(f"no rows for {', '.join(missing_nics)}: NIC links read from the GPU rows")
     unnamed = [d for d in devices if re.fullmatch(r"NIC\d+", d) and d not in legend]
     if unnamed:
         notes.append(f"no NIC Legend entry for {', '.join(unnamed)}: device names unknown")
-    for gpu, cpus in cpu_aff.items():
+    for gpu, cpus in rows.cpu_aff.items():
         if cpus is None and "CPU Affinity" in header.columns:
             notes.append(
                 f"{gpu}: no CPU Affinity (empty or N/A: e.g. a job whose cpuset excludes those CPUs)"
             )
-    return TopoMatrix([name(d) for d in devices], links, cpu_aff, numa_aff, gpu_numa, tuple(notes))

@@ -176,49 +176,67 @@ def collect(host: Host) -> Topology:
     return host.memo("facts.topology", lambda: _collect(host))
 
 
-def _collect(host: Host) -> Topology:
-    r = Reader(host)
-    online, offline = _online_cpus(r)
-    online_set = set(online)
+@dataclass
+class _Cores:
+    """Each online CPU's package and physical core, as hwloc counts cores."""
 
-    packages: dict[int, int] = {}
-    core_keys: dict[int, tuple[int, ...]] = {}
-    smt_known = False
+    packages: dict[int, int] = field(default_factory=dict)  # CPU -> package id
+    keys: dict[int, tuple[int, ...]] = field(default_factory=dict)  # CPU -> (package, die, core_id, threads)
+    smt_known: bool = False  # some CPU's thread siblings were read
+
+    @property
+    def distinct(self) -> list[tuple[int, ...]]:
+        return sorted(set(self.keys.values()))
+
+    @property
+    def core_of(self) -> dict[int, int]:
+        index = {k: i for i, k in enumerate(self.distinct)}
+        return {c: index[k] for c, k in self.keys.items()}
+
+    @property
+    def threads_per_core(self) -> int:
+        return max((sum(1 for k in self.keys.values() if k == key) for key in self.distinct), default=1)
+
+
+def _cores(r: Reader, online: list[int]) -> _Cores:
+    online_set = set(online)
+    cores = _Cores()
     for c in online:
         t = f"{CPU_DIR}/cpu{c}/topology"
         pkg = r.int(f"{t}/physical_package_id")
-        packages[c] = pkg if pkg is not None and pkg >= 0 else 0
+        cores.packages[c] = pkg if pkg is not None and pkg >= 0 else 0
         # A core is the CPUs that share both core_id and thread_siblings (as hwloc counts them):
         # core_id alone repeats across the dies of one package (Opteron 6200), and thread_siblings
         # alone merges the two integer cores of an AMD Bulldozer module, which are two cores.
         siblings = r.cpulist(f"{t}/thread_siblings_list")
         if siblings is None:
             siblings = r.cpumask(f"{t}/thread_siblings")
-        smt_known = smt_known or siblings is not None
+        cores.smt_known = cores.smt_known or siblings is not None
         core_id = r.int(f"{t}/core_id")
         threads = tuple(sorted(set(siblings or [c]) & online_set)) or (c,)
-        core_keys[c] = (packages[c], r.int(f"{t}/die_id") or 0, -1 if core_id is None else core_id, *threads)
-    distinct_cores = sorted(set(core_keys.values()))
-    core_index = {k: i for i, k in enumerate(distinct_cores)}
-    core_of = {c: core_index[k] for c, k in core_keys.items()}
-    threads_per_core = max(
-        (sum(1 for k in core_keys.values() if k == key) for key in distinct_cores), default=1
-    )
+        die = r.int(f"{t}/die_id") or 0
+        cores.keys[c] = (cores.packages[c], die, -1 if core_id is None else core_id, *threads)
+    return cores
 
-    meminfo_text = r.text("/proc/meminfo")
-    mem_total_kb = parse.meminfo(meminfo_text).get("MemTotal") if meminfo_text else None
-    memory_total_mib = None if mem_total_kb is None else round(mem_total_kb / 1024)
 
+@dataclass
+class _Nodes:
+    numa: list[NumaNode] = field(default_factory=list)
+    gpu_memory: list[GpuMemoryNode] = field(default_factory=list)
+    ignored: dict[int, str] = field(default_factory=dict)  # node -> why it was dropped
+
+
+def _nodes(r: Reader, online: list[int], memory_total_mib: int | None) -> _Nodes:
+    """The NUMA nodes: CPU nodes (each CPU in the first node that lists it), GPU memory nodes apart."""
+    online_set = set(online)
     node_ids = sorted(
-        int(m.group(1)) for e in host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d{1,6})", e))
+        int(m.group(1)) for e in r.host.listdir(NODE_DIR) or [] if (m := re.fullmatch(r"node(\d{1,6})", e))
     )
     distance_ids = [
         ids for ids in (r.cpulist(f"{NODE_DIR}/online"), node_ids, r.cpulist(f"{NODE_DIR}/possible")) if ids
     ]
     gpu_nodes = _gpu_memory_nodes(r)
-    numa: list[NumaNode] = []
-    gpu_memory: list[GpuMemoryNode] = []
-    ignored: dict[int, str] = {}
+    nodes = _Nodes()
     claimed: set[int] = set()
     for n in node_ids:
         path = f"{NODE_DIR}/node{n}"
@@ -228,39 +246,54 @@ def _collect(host: Host) -> Topology:
         cpus = sorted(set(cpus) & online_set)
         memory = _node_memory_mib(r, n)
         if n in gpu_nodes and not cpus:
-            gpu_memory.append(GpuMemoryNode(n, memory, gpu_nodes[n]))
+            nodes.gpu_memory.append(GpuMemoryNode(n, memory, gpu_nodes[n]))
             continue
         overlap = claimed & set(cpus)
         if overlap:
             # The kernel listed these CPUs in an earlier node already: a broken SRAT/firmware table.
             # hwloc keeps the first node that claims a CPU and drops the later ones; so do we.
-            ignored[n] = f"its CPUs {parse.format_cpulist(overlap)} also belong to an earlier node"
+            nodes.ignored[n] = f"its CPUs {parse.format_cpulist(overlap)} also belong to an earlier node"
             continue
         claimed |= set(cpus)
-        numa.append(NumaNode(n, cpus, memory, _distances(r, n, distance_ids)))
-    if ignored:
+        nodes.numa.append(NumaNode(n, cpus, memory, _distances(r, n, distance_ids)))
+    if nodes.ignored:
         r.problems.append(
             f"kernel reports NUMA nodes with overlapping CPU sets; ignored node(s) "
-            f"{', '.join(str(i) for i in sorted(ignored))}"
+            f"{', '.join(str(i) for i in sorted(nodes.ignored))}"
         )
     if not node_ids:
         # No NUMA support in the kernel (CONFIG_NUMA=n) or no node folders recorded: one node 0.
-        numa.append(NumaNode(0, list(online), memory_total_mib, {0: 10}))
+        nodes.numa.append(NumaNode(0, list(online), memory_total_mib, {0: 10}))
+    return nodes
 
+
+def _memory_total_mib(r: Reader) -> int | None:
+    meminfo_text = r.text("/proc/meminfo")
+    mem_total_kb = parse.meminfo(meminfo_text).get("MemTotal") if meminfo_text else None
+    return None if mem_total_kb is None else round(mem_total_kb / 1024)
+
+
+def _collect(host: Host) -> Topology:
+    r = Reader(host)
+    online, offline = _online_cpus(r)
+    cores = _cores(r, online)
+    memory_total_mib = _memory_total_mib(r)
+    nodes = _nodes(r, online, memory_total_mib)
+    packages = cores.packages
     return Topology(
         cpus_online=online,
         cpus_offline=offline,
         packages=len(set(packages.values())) if packages else (1 if online else 0),
-        cores=len(distinct_cores),
-        threads_per_core=threads_per_core,
-        numa_nodes=numa,
-        gpu_memory_nodes=gpu_memory,
-        ignored_numa_nodes=ignored,
+        cores=len(cores.distinct),
+        threads_per_core=cores.threads_per_core,
+        numa_nodes=nodes.numa,
+        gpu_memory_nodes=nodes.gpu_memory,
+        ignored_numa_nodes=nodes.ignored,
         cpu_model=_cpu_model(r.text("/proc/cpuinfo")),
         smt_control=r.value(f"{CPU_DIR}/smt/control"),
         memory_total_mib=memory_total_mib,
         cpu_package=packages,
-        core_of=core_of,
+        core_of=cores.core_of,
         problems=r.problems,
-        smt_known=smt_known,
+        smt_known=cores.smt_known,
     )

@@ -81,31 +81,43 @@ def walk(
     anything is found below it, and the links leading to it: no extra system call, as each such
     folder was listed or opened on the way anyway."""
     root = _trie(patterns)
-    visited: dict[tuple[str, int], list[Found]] = {}
+    return _Walk(tree, root, as_folders, every_folder).place("/", DIR, root)
 
-    def visit(folder: str, node: _Node) -> list[Found]:
+
+class _Walk:
+    """One walk of a trie over a tree: `place` reports one path, `visit` the entries of a folder."""
+
+    def __init__(self, tree: Tree, root: _Node, as_folders: Collection[str], every_folder: bool) -> None:
+        self.tree = tree
+        self.root = root
+        self.as_folders = as_folders
+        self.every_folder = every_folder
+        self.visited: dict[tuple[str, int], list[Found]] = {}
+
+    def visit(self, folder: str, node: _Node) -> list[Found]:
         # `folder` has its links resolved (or is one of as_folders): Tree.scan and fetch rely on it.
         # Each visit goes one component deeper in the trie, so a link loop cannot recurse forever.
         key = (folder, id(node))
-        if key in visited:
-            return visited[key]
-        visited[key] = found = []
+        if key in self.visited:
+            return self.visited[key]
+        self.visited[key] = found = []
         prefix = folder.rstrip("/") + "/"
         if not node.wildcards:
             for name, child in node.names.items():
-                found += place(prefix + name, None, child)
+                found += self.place(prefix + name, None, child)
             return found
-        for name, kind in (tree.scan(folder) or {}).items():
+        for name, kind in (self.tree.scan(folder) or {}).items():
             children = [child for match, child in node.wildcards.values() if match(name)]
             if name in node.names:
                 children.append(node.names[name])
             for child in children:
-                found += place(prefix + name, kind, child)
+                found += self.place(prefix + name, kind, child)
         return found
 
-    def place(path: str, kind: str | None, node: _Node) -> list[Found]:
+    def place(self, path: str, kind: str | None, node: _Node) -> list[Found]:
+        tree = self.tree
         value: bytes | str | None = None
-        if path in as_folders:
+        if path in self.as_folders:
             kind = DIR
         elif kind is None or (kind == FILE and node.end):
             fetched = tree.fetch(path)
@@ -115,13 +127,11 @@ def walk(
         if kind == LINK:
             target = value if value is not None else tree.link_target(path)
             real = tree.resolve(path)  # None: dangling
-            below = [] if real is None else place(real, None if node.end else tree.kind(real), node)
+            below = [] if real is None else self.place(real, None if node.end else tree.kind(real), node)
             return [(LINK, path, target), *below] if node.end or below else []
         if kind == DIR:
             # The trie's root is only ever placed at the walk's start, which no pattern matched.
-            keep = node.end or (every_folder and node is not root)
+            keep = node.end or (self.every_folder and node is not self.root)
             found: list[Found] = [(DIR, path, None)] if keep else []
-            return found + visit(path, node) if node.deeper else found
+            return found + self.visit(path, node) if node.deeper else found
         return [(FILE, path, value)] if node.end else []
-
-    return place("/", DIR, root)
