@@ -32,8 +32,9 @@ from dataclasses import dataclass
 
 from nodeagent.api.check import Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
-from nodeagent.facts import gpus, nvidia_smi, nvml, pci
-from nodeagent.facts.nvml import REASON_LABELS, GpuHealth, GpuReport, MigInstance
+from nodeagent.facts import gpu_report, gpus, nvidia_smi, nvml, pci
+from nodeagent.facts.gpu_report import GpuHealth, GpuReport, MigInstance
+from nodeagent.facts.nvml import REASON_LABELS
 from nodeagent.host import Host
 
 ID = "gpu"
@@ -105,13 +106,13 @@ PHYSFN = f"{pci.PCI_DIR}/*/physfn"
 
 def collect_bus(host: Host) -> Bus:
     found = [d for d in pci.collect(host) if d.kind == "gpu" and d.vendor == pci.VENDOR_NVIDIA]
-    listed = host.listdir(nvml.NVIDIA_PROC_GPUS)
+    listed = host.listdir(gpu_report.NVIDIA_PROC_GPUS)
     return Bus(
         tuple(
             BusGpu(d.address, d.driver, host.readlink(f"{pci.PCI_DIR}/{d.address}/physfn") is not None)
             for d in found
         ),
-        None if listed is None else tuple(sorted(nvml.normalize_bus_id(a) for a in listed)),
+        None if listed is None else tuple(sorted(gpu_report.normalize_bus_id(a) for a in listed)),
         live=host.kind == "local",
     )
 
@@ -129,90 +130,106 @@ def _reasons(names: tuple[str, ...]) -> str:
 
 
 def _memory(r: GpuReport, g: GpuHealth) -> list[Finding]:
-    out = []
-    idx = g.index
-    if g.volatile_uncorrectable:
-        out.append(
-            Finding(
-                ID,
-                Status.FAIL,
-                f"{g.label}: {g.volatile_uncorrectable} uncorrectable ECC error(s) since the driver loaded",
-                {_key(r, g, "volatile uncorrectable ECC errors"): str(g.volatile_uncorrectable)}
-                | _instance_errors(r, g),
-                expected="0 volatile uncorrectable ECC errors",
-                remediation=f"Drain the node; with no process on the GPU reset it "
-                f"(`nvidia-smi -r -i {idx}`) or reboot, then run `dcgmi diag -r 3` before returning it to "
-                f"service; errors that recur mean RMA ({MEMORY_ERRORS_DOCS}).",
-                subject=g.subject,
-            )
-        )
-    if g.remap_failure:
-        out.append(
-            Finding(
-                ID,
-                Status.FAIL,
-                f"{g.label}: a row remapping has failed (a memory bank ran out of spare rows)",
-                {_key(r, g, "remapped rows failure"): "yes"},
-                expected="no row remapping failure",
-                remediation=f"Take the GPU out of service: a remapping failure meets NVIDIA's RMA criteria "
-                f"({ROW_REMAP_DOCS}); `nvidia-smi -q -d ROW_REMAPPER -i {idx}` shows the bank histogram.",
-                subject=g.subject,
-            )
-        )
-    if g.remap_pending:
-        # NVIDIA: with the flag set "unaffected applications can continue running without affecting
-        # accuracy and performance, and new workloads can be launched" (RECOVERY_DOCS): not a FAIL.
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: a row remapping is pending: reset the GPU to activate it",
-                {_key(r, g, "remapped rows pending"): "yes"},
-                expected="no pending row remapping",
-                remediation=f"At the next opportunity, with no process on the GPU, reset it (`nvidia-smi -r "
-                f"-i {idx}`) or reboot: the spare row is only switched in at reset ({ROW_REMAP_DOCS}, "
-                f"{RECOVERY_DOCS}).",
-                subject=g.subject,
-            )
-        )
-    if g.retirement_pending:
-        out.append(
-            Finding(
-                ID,
-                Status.FAIL,
-                f"{g.label}: a page retirement is pending and needs a GPU reset to take effect",
-                {_key(r, g, "retired pages pending"): "yes"},
-                expected="no pending page retirement",
-                remediation=f"Drain the node, then reset the GPU (`nvidia-smi -r -i {idx}`) or reload "
-                f"the driver / reboot so the retired pages are blacklisted ({MEMORY_ERRORS_DOCS}).",
-                subject=g.subject,
-            )
-        )
+    found = (
+        _volatile_ecc(r, g),
+        _remap_failure(r, g),
+        _remap_pending(r, g),
+        _retirement_pending(r, g),
+        _lifetime_ecc(r, g),
+    )
+    return [f for f in found if f is not None]
+
+
+def _volatile_ecc(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if not g.volatile_uncorrectable:
+        return None
+    return Finding(
+        ID,
+        Status.FAIL,
+        f"{g.label}: {g.volatile_uncorrectable} uncorrectable ECC error(s) since the driver loaded",
+        {_key(r, g, "volatile uncorrectable ECC errors"): str(g.volatile_uncorrectable)}
+        | _instance_errors(r, g),
+        expected="0 volatile uncorrectable ECC errors",
+        remediation=f"Drain the node; with no process on the GPU reset it "
+        f"(`nvidia-smi -r -i {g.index}`) or reboot, then run `dcgmi diag -r 3` before returning it to "
+        f"service; errors that recur mean RMA ({MEMORY_ERRORS_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _remap_failure(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if not g.remap_failure:
+        return None
+    return Finding(
+        ID,
+        Status.FAIL,
+        f"{g.label}: a row remapping has failed (a memory bank ran out of spare rows)",
+        {_key(r, g, "remapped rows failure"): "yes"},
+        expected="no row remapping failure",
+        remediation=f"Take the GPU out of service: a remapping failure meets NVIDIA's RMA criteria "
+        f"({ROW_REMAP_DOCS}); `nvidia-smi -q -d ROW_REMAPPER -i {g.index}` shows the bank histogram.",
+        subject=g.subject,
+    )
+
+
+def _remap_pending(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if not g.remap_pending:
+        return None
+    # NVIDIA: with the flag set "unaffected applications can continue running without affecting
+    # accuracy and performance, and new workloads can be launched" (RECOVERY_DOCS): not a FAIL.
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: a row remapping is pending: reset the GPU to activate it",
+        {_key(r, g, "remapped rows pending"): "yes"},
+        expected="no pending row remapping",
+        remediation=f"At the next opportunity, with no process on the GPU, reset it (`nvidia-smi -r "
+        f"-i {g.index}`) or reboot: the spare row is only switched in at reset ({ROW_REMAP_DOCS}, "
+        f"{RECOVERY_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _retirement_pending(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if not g.retirement_pending:
+        return None
+    return Finding(
+        ID,
+        Status.FAIL,
+        f"{g.label}: a page retirement is pending and needs a GPU reset to take effect",
+        {_key(r, g, "retired pages pending"): "yes"},
+        expected="no pending page retirement",
+        remediation=f"Drain the node, then reset the GPU (`nvidia-smi -r -i {g.index}`) or reload "
+        f"the driver / reboot so the retired pages are blacklisted ({MEMORY_ERRORS_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _lifetime_ecc(r: GpuReport, g: GpuHealth) -> Finding | None:
+    """Uncorrectable errors before the driver loaded: history to watch, with the pages and rows spent."""
     history = (g.aggregate_uncorrectable or 0) - (g.volatile_uncorrectable or 0)
-    if history > 0:
-        evidence = {_key(r, g, "aggregate uncorrectable ECC errors"): str(g.aggregate_uncorrectable)}
-        for what, value in (
-            ("retired pages (double-bit)", g.retired_pages_dbe),
-            ("retired pages (single-bit)", g.retired_pages_sbe),
-            ("remapped rows (uncorrectable)", g.remapped_uncorrectable),
-            ("remapped rows (correctable)", g.remapped_correctable),
-        ):
-            if value is not None:
-                evidence[_key(r, g, what)] = str(value)
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: {g.aggregate_uncorrectable} uncorrectable ECC error(s) over its lifetime",
-                evidence,
-                expected="0 aggregate uncorrectable ECC errors",
-                remediation="Watch the count "
-                f"(`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER -i {idx}`); compare with NVIDIA's "
-                f"RMA thresholds ({MEMORY_ERRORS_DOCS}).",
-                subject=g.subject,
-            )
-        )
-    return out
+    if history <= 0:
+        return None
+    evidence = {_key(r, g, "aggregate uncorrectable ECC errors"): str(g.aggregate_uncorrectable)}
+    for what, value in (
+        ("retired pages (double-bit)", g.retired_pages_dbe),
+        ("retired pages (single-bit)", g.retired_pages_sbe),
+        ("remapped rows (uncorrectable)", g.remapped_uncorrectable),
+        ("remapped rows (correctable)", g.remapped_correctable),
+    ):
+        if value is not None:
+            evidence[_key(r, g, what)] = str(value)
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: {g.aggregate_uncorrectable} uncorrectable ECC error(s) over its lifetime",
+        evidence,
+        expected="0 aggregate uncorrectable ECC errors",
+        remediation="Watch the count "
+        f"(`nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER -i {g.index}`); compare with NVIDIA's "
+        f"RMA thresholds ({MEMORY_ERRORS_DOCS}).",
+        subject=g.subject,
+    )
 
 
 # -- recovery flags ------------------------------------------------------------------------------
@@ -227,7 +244,7 @@ REQUIRED_ACTIONS = {
 }
 
 
-def _recovery(r: GpuReport, g: GpuHealth) -> list[Finding]:
+def _recovery_evidence(r: GpuReport, g: GpuHealth) -> dict[str, str]:
     evidence = {}
     if g.reset_required is not None:
         evidence[_key(r, g, "reset required")] = "yes" if g.reset_required else "no"
@@ -235,6 +252,11 @@ def _recovery(r: GpuReport, g: GpuHealth) -> list[Finding]:
         evidence[_key(r, g, "drain and reset recommended")] = "yes" if g.drain_and_reset else "no"
     if g.recovery_action is not None:
         evidence[_key(r, g, "recovery action")] = g.recovery_action
+    return evidence
+
+
+def _recovery(r: GpuReport, g: GpuHealth) -> list[Finding]:
+    evidence = _recovery_evidence(r, g)
     required = REQUIRED_ACTIONS.get(g.recovery_action or "") or ("a GPU reset" if g.reset_required else None)
     if required:
         return [
@@ -304,9 +326,10 @@ def _absent(f: Facts) -> list[Finding]:
                 ID,
                 Status.SKIPPED,
                 f"{len(outside)} NVIDIA GPU(s) on the PCI bus outside this environment's driver view "
-                f"(not in {nvml.NVIDIA_PROC_GPUS}: a container given some of the node's GPUs?): not judged",
+                f"(not in {gpu_report.NVIDIA_PROC_GPUS}: a container given some of the node's GPUs?): "
+                "not judged",
                 {f"{pci.PCI_DIR}/{b.address}/driver": "nvidia" for b in outside}
-                | {nvml.NVIDIA_PROC_GPUS: ", ".join(attached or ()) or "empty"},
+                | {gpu_report.NVIDIA_PROC_GPUS: ", ".join(attached or ()) or "empty"},
                 subject="bus",
             )
         )
@@ -318,14 +341,14 @@ def _absent_why(b: BusGpu) -> str:
         return "no driver bound (the nvidia module did not take it: look for NVRM probe errors in `dmesg`)"
     if b.driver != "nvidia":
         return f"bound to {b.driver}, not nvidia: CUDA cannot use it here"
-    return f"bound to nvidia, but no {nvml.NVIDIA_PROC_GPUS} to confirm the driver attached it"
+    return f"bound to nvidia, but no {gpu_report.NVIDIA_PROC_GPUS} to confirm the driver attached it"
 
 
 def _absent_one(r: GpuReport, b: BusGpu, attached: tuple[str, ...] | None) -> Finding:
     evidence = {
         f"{pci.PCI_DIR}/{b.address}/driver": b.driver or "none bound",
         f"{r.source}: GPUs reported": ", ".join(sorted(g.pci_address or "?" for g in r.gpus)),
-        nvml.NVIDIA_PROC_GPUS: "absent" if attached is None else ", ".join(attached) or "empty",
+        gpu_report.NVIDIA_PROC_GPUS: "absent" if attached is None else ", ".join(attached) or "empty",
     }
     expected = f"every NVIDIA GPU on the PCI bus reported by {r.source}"
     if b.driver == "nvidia" and attached is not None:
@@ -388,58 +411,64 @@ def _mig(r: GpuReport, g: GpuHealth) -> list[Finding]:
                 subject=g.subject,
             )
         ]
-    out = []
-    if g.mig_current is not None and g.mig_pending is not None and g.mig_current != g.mig_pending:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: MIG mode change pending: reset the GPU (MIG {_mig_word(g.mig_current)} now, "
-                f"{_mig_word(g.mig_pending)} after the next GPU reset)",
-                {
-                    _key(r, g, "MIG mode (current)"): _mig_word(g.mig_current),
-                    _key(r, g, "MIG mode (pending)"): _mig_word(g.mig_pending),
-                },
-                expected="the current MIG mode equal to the pending one",
-                remediation="Stop the processes on the GPU (and monitoring agents such as DCGM that hold "
-                f"it), then `nvidia-smi -r -i {g.index}`, or reboot; until then the GPU keeps its old mode "
-                f"({MIG_DOCS}).",
-                subject=g.subject,
-            )
-        )
+    found = (_mig_change_pending(r, g), _mig_instance_ecc(r, g), _mig_without_devices(r, g))
+    return [f for f in found if f is not None]
+
+
+def _mig_change_pending(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if g.mig_current is None or g.mig_pending is None or g.mig_current == g.mig_pending:
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: MIG mode change pending: reset the GPU (MIG {_mig_word(g.mig_current)} now, "
+        f"{_mig_word(g.mig_pending)} after the next GPU reset)",
+        {
+            _key(r, g, "MIG mode (current)"): _mig_word(g.mig_current),
+            _key(r, g, "MIG mode (pending)"): _mig_word(g.mig_pending),
+        },
+        expected="the current MIG mode equal to the pending one",
+        remediation="Stop the processes on the GPU (and monitoring agents such as DCGM that hold "
+        f"it), then `nvidia-smi -r -i {g.index}`, or reboot; until then the GPU keeps its old mode "
+        f"({MIG_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _mig_instance_ecc(r: GpuReport, g: GpuHealth) -> Finding | None:
     faulty = _faulty_instances(g)
-    if faulty and not g.volatile_uncorrectable:  # else the GPU's own ECC finding lists them
-        total = sum(m.volatile_uncorrectable or 0 for m in faulty)
-        out.append(
-            Finding(
-                ID,
-                Status.FAIL,
-                f"{g.label}: {total} uncorrectable ECC error(s) in MIG device(s) "
-                + ", ".join(m.label for m in faulty),
-                _instance_errors(r, g),
-                expected="0 volatile uncorrectable ECC errors in every MIG device",
-                remediation=f"Drain the node; with no process on the GPU reset it (`nvidia-smi -r -i "
-                f"{g.index}`) or reboot, re-create its MIG layout (MIG devices do not survive a reboot: "
-                f"{MIG_DOCS}), then run `dcgmi diag -r 3`; errors that recur mean RMA "
-                f"({MEMORY_ERRORS_DOCS}).",
-                subject=g.subject,
-            )
-        )
-    if g.mig_current and g.mig_listed and not g.mig_instances:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: MIG enabled but no MIG device: CUDA sees no device on this GPU",
-                {_key(r, g, "MIG mode (current)"): "enabled", _key(r, g, "MIG devices"): "none"},
-                expected="GPU and compute instances created on a GPU in MIG mode",
-                remediation=f"Create the instances (`nvidia-smi mig -i {g.index} -cgi PROFILES -C`, or the "
-                f"MIG manager / mig-parted layout), or disable MIG (`nvidia-smi -i {g.index} -mig 0`) "
-                f"({MIG_DOCS}).",
-                subject=g.subject,
-            )
-        )
-    return out
+    if not faulty or g.volatile_uncorrectable:  # else the GPU's own ECC finding lists them
+        return None
+    total = sum(m.volatile_uncorrectable or 0 for m in faulty)
+    return Finding(
+        ID,
+        Status.FAIL,
+        f"{g.label}: {total} uncorrectable ECC error(s) in MIG device(s) "
+        + ", ".join(m.label for m in faulty),
+        _instance_errors(r, g),
+        expected="0 volatile uncorrectable ECC errors in every MIG device",
+        remediation=f"Drain the node; with no process on the GPU reset it (`nvidia-smi -r -i "
+        f"{g.index}`) or reboot, re-create its MIG layout (MIG devices do not survive a reboot: "
+        f"{MIG_DOCS}), then run `dcgmi diag -r 3`; errors that recur mean RMA "
+        f"({MEMORY_ERRORS_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _mig_without_devices(r: GpuReport, g: GpuHealth) -> Finding | None:
+    if not (g.mig_current and g.mig_listed and not g.mig_instances):
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: MIG enabled but no MIG device: CUDA sees no device on this GPU",
+        {_key(r, g, "MIG mode (current)"): "enabled", _key(r, g, "MIG devices"): "none"},
+        expected="GPU and compute instances created on a GPU in MIG mode",
+        remediation=f"Create the instances (`nvidia-smi mig -i {g.index} -cgi PROFILES -C`, or the "
+        f"MIG manager / mig-parted layout), or disable MIG (`nvidia-smi -i {g.index} -mig 0`) "
+        f"({MIG_DOCS}).",
+        subject=g.subject,
+    )
 
 
 def _mig_shapes(instances: tuple[MigInstance, ...]) -> str:
@@ -504,59 +533,64 @@ def _clocks(r: GpuReport, g: GpuHealth, p: Params) -> list[Finding]:
 
 
 def _settings(r: GpuReport, g: GpuHealth, p: Params) -> list[Finding]:
-    out = []
-    idx = g.index
-    if p.require_ecc and g.ecc_enabled is False:
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: ECC is disabled",
-                {_key(r, g, "ECC mode"): "disabled"},
-                expected="ECC enabled",
-                remediation=f"`nvidia-smi -i {idx} -e 1`, then reset the GPU or reboot ({NVML_DOCS}).",
-                subject=g.subject,
-            )
-        )
+    found = (_ecc_off(r, g, p), _power_capped(r, g, p), _near_slowdown(r, g, p))
+    return [f for f in found if f is not None]
+
+
+def _ecc_off(r: GpuReport, g: GpuHealth, p: Params) -> Finding | None:
+    if not p.require_ecc or g.ecc_enabled is not False:
+        return None
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: ECC is disabled",
+        {_key(r, g, "ECC mode"): "disabled"},
+        expected="ECC enabled",
+        remediation=f"`nvidia-smi -i {g.index} -e 1`, then reset the GPU or reboot ({NVML_DOCS}).",
+        subject=g.subject,
+    )
+
+
+def _power_capped(r: GpuReport, g: GpuHealth, p: Params) -> Finding | None:
     cap, default = g.power_cap_w, g.default_power_limit_w
-    if cap is not None and default and cap < default * p.min_power_limit_pct / 100 - 0.5:
-        top = f", max {g.max_power_limit_w:g} W" if g.max_power_limit_w else ""
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: power limit {cap:g} W is below the default {default:g} W{top}",
-                {
-                    _key(r, g, "power limit"): "?" if g.power_limit_w is None else f"{g.power_limit_w:g} W",
-                    _key(r, g, "enforced power limit"): (
-                        "?" if g.enforced_power_limit_w is None else f"{g.enforced_power_limit_w:g} W"
-                    ),
-                    _key(r, g, "default power limit"): f"{default:g} W",
-                },
-                expected=f">= {p.min_power_limit_pct:g}% of the default power limit",
-                remediation=f"`nvidia-smi -i {idx} -pl {default:g}` (as root; persistence mode keeps it "
-                "until reboot). If the enforced limit is the lower one, a chassis or PSU limit caps the "
-                "board: check the BMC's power capping.",
-                subject=g.subject,
-            )
-        )
+    if cap is None or not default or cap >= default * p.min_power_limit_pct / 100 - 0.5:
+        return None
+    top = f", max {g.max_power_limit_w:g} W" if g.max_power_limit_w else ""
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: power limit {cap:g} W is below the default {default:g} W{top}",
+        {
+            _key(r, g, "power limit"): "?" if g.power_limit_w is None else f"{g.power_limit_w:g} W",
+            _key(r, g, "enforced power limit"): (
+                "?" if g.enforced_power_limit_w is None else f"{g.enforced_power_limit_w:g} W"
+            ),
+            _key(r, g, "default power limit"): f"{default:g} W",
+        },
+        expected=f">= {p.min_power_limit_pct:g}% of the default power limit",
+        remediation=f"`nvidia-smi -i {g.index} -pl {default:g}` (as root; persistence mode keeps it "
+        "until reboot). If the enforced limit is the lower one, a chassis or PSU limit caps the "
+        "board: check the BMC's power capping.",
+        subject=g.subject,
+    )
+
+
+def _near_slowdown(r: GpuReport, g: GpuHealth, p: Params) -> Finding | None:
     margin = g.slowdown_margin_c
-    if margin is not None and margin <= p.min_slowdown_margin_c:
-        temp = "?" if g.temperature_c is None else f"{g.temperature_c:g} C"
-        threshold = f" (slowdown at {g.slowdown_temp_c:g} C)" if g.slowdown_temp_c is not None else ""
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"{g.label}: {temp}, {margin:g} C from HW slowdown{threshold}",
-                {_key(r, g, "temperature"): temp, _key(r, g, "slowdown margin"): f"{margin:g} C"},
-                expected=f"more than {p.min_slowdown_margin_c:g} C below the slowdown threshold",
-                remediation="Improve cooling: inlet air temperature, fan speed policy in the BMC, blanking "
-                "panels, blocked airflow; `nvidia-smi -q -d TEMPERATURE` shows the thresholds.",
-                subject=g.subject,
-            )
-        )
-    return out
+    if margin is None or margin > p.min_slowdown_margin_c:
+        return None
+    temp = "?" if g.temperature_c is None else f"{g.temperature_c:g} C"
+    threshold = f" (slowdown at {g.slowdown_temp_c:g} C)" if g.slowdown_temp_c is not None else ""
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{g.label}: {temp}, {margin:g} C from HW slowdown{threshold}",
+        {_key(r, g, "temperature"): temp, _key(r, g, "slowdown margin"): f"{margin:g} C"},
+        expected=f"more than {p.min_slowdown_margin_c:g} C below the slowdown threshold",
+        remediation="Improve cooling: inlet air temperature, fan speed policy in the BMC, blanking "
+        "panels, blocked airflow; `nvidia-smi -q -d TEMPERATURE` shows the thresholds.",
+        subject=g.subject,
+    )
 
 
 def _unreadable(r: GpuReport, g: GpuHealth) -> list[Finding]:
@@ -619,7 +653,7 @@ def _driver(r: GpuReport) -> list[Finding]:
             Status.WARN,
             f"mixed driver versions: kernel module {module}, user-space driver {library}",
             {
-                f"{nvml.MODULE_VERSION} or {nvml.PROC_VERSION}": module,
+                f"{gpu_report.MODULE_VERSION} or {gpu_report.PROC_VERSION}": module,
                 f"{r.source}: driver version": library,
             },
             expected="the loaded kernel module and the user-space driver of the same version",
@@ -645,47 +679,49 @@ def _summary(g: GpuHealth) -> str:
     return ", ".join(parts)
 
 
-def evaluate(f: Facts, p: Params) -> list[Finding]:
-    r = f.report
+def _report_unusable(r: GpuReport) -> Finding | None:
+    """The one finding for a report that holds no GPU health to judge; None when it does."""
     if r.gpus and r.source == nvidia_smi.NVLINK_SOURCE:
         # Only `nvidia-smi nvlink -s` names these GPUs: nothing about their health was recorded.
-        return [
-            Finding(
-                ID,
-                Status.SKIPPED,
-                f"{len(r.gpus)} GPU(s) named by `nvidia-smi nvlink -s`, but their health was not recorded",
-                {" ".join(nvidia_smi.COMMAND): "not recorded"},
-                subject="gpus",
-            )
-        ]
+        return Finding(
+            ID,
+            Status.SKIPPED,
+            f"{len(r.gpus)} GPU(s) named by `nvidia-smi nvlink -s`, but their health was not recorded",
+            {" ".join(nvidia_smi.COMMAND): "not recorded"},
+            subject="gpus",
+        )
     if r.failure:
-        return [
-            Finding(
-                ID,
-                Status.FAIL,
-                r.failure,
-                r.status_evidence(),
-                expected="NVML and the loaded kernel module of the same driver version",
-                remediation="Reboot the node (or reload the nvidia kernel modules) after a driver upgrade; "
-                "until then no CUDA job can start.",
-                subject="driver",
-            )
-        ]
+        return Finding(
+            ID,
+            Status.FAIL,
+            r.failure,
+            r.status_evidence(),
+            expected="NVML and the loaded kernel module of the same driver version",
+            remediation="Reboot the node (or reload the nvidia kernel modules) after a driver upgrade; "
+            "until then no CUDA job can start.",
+            subject="driver",
+        )
     if r.reason:
-        return [Finding(ID, Status.SKIPPED, r.reason, r.status_evidence(), subject="gpus")]
+        return Finding(ID, Status.SKIPPED, r.reason, r.status_evidence(), subject="gpus")
     if r.error:
-        return [
-            Finding(
-                ID,
-                Status.UNKNOWN,
-                r.error,
-                r.status_evidence(),
-                expected=f"{r.source} output with a <gpu> element per GPU",
-                remediation="Re-record the snapshot (`nodeagent snapshot`) or run `nvidia-smi -q -x` on "
-                "the node.",
-                subject="gpus",
-            )
-        ]
+        return Finding(
+            ID,
+            Status.UNKNOWN,
+            r.error,
+            r.status_evidence(),
+            expected=f"{r.source} output with a <gpu> element per GPU",
+            remediation="Re-record the snapshot (`nodeagent snapshot`) or run `nvidia-smi -q -x` on "
+            "the node.",
+            subject="gpus",
+        )
+    return None
+
+
+def evaluate(f: Facts, p: Params) -> list[Finding]:
+    r = f.report
+    unusable = _report_unusable(r)
+    if unusable is not None:
+        return [unusable]
     findings: list[Finding] = []
     healthy = []
     mig_ok: list[Finding] = []
@@ -710,24 +746,27 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
         )
     )
     if healthy:
-        evidence = {
-            f"{r.source}: driver version": r.driver_version or "?",
-            f"{r.source}: CUDA version": r.cuda_version or "?",
-        }
-        evidence.update({_key(r, g, g.pci_address or "summary"): _summary(g) for g in healthy})
-        names = sorted({g.name or "?" for g in healthy})
-        in_mig = f"; {len(mig_ok)} in MIG mode, reported apart" if mig_ok else ""
-        findings.append(
-            Finding(
-                ID,
-                Status.OK,
-                f"{len(healthy)} of {len(r.gpus)} GPU(s) healthy ({', '.join(names)}); "
-                f"driver {r.driver_version or '?'}, CUDA {r.cuda_version or '?'}{in_mig}",
-                evidence,
-                subject="gpus",
-            )
-        )
+        findings.append(_healthy(r, healthy, len(mig_ok)))
     return findings + mig_ok
+
+
+def _healthy(r: GpuReport, healthy: list[GpuHealth], in_mig_mode: int) -> Finding:
+    """One OK finding for the GPUs with nothing to report (those in MIG mode are reported apart)."""
+    evidence = {
+        f"{r.source}: driver version": r.driver_version or "?",
+        f"{r.source}: CUDA version": r.cuda_version or "?",
+    }
+    evidence.update({_key(r, g, g.pci_address or "summary"): _summary(g) for g in healthy})
+    names = sorted({g.name or "?" for g in healthy})
+    in_mig = f"; {in_mig_mode} in MIG mode, reported apart" if in_mig_mode else ""
+    return Finding(
+        ID,
+        Status.OK,
+        f"{len(healthy)} of {len(r.gpus)} GPU(s) healthy ({', '.join(names)}); "
+        f"driver {r.driver_version or '?'}, CUDA {r.cuda_version or '?'}{in_mig}",
+        evidence,
+        subject="gpus",
+    )
 
 
 CHECK = Check(

@@ -28,8 +28,8 @@ from nodeagent.api.check import Check, param
 from nodeagent.checks import gpu
 from nodeagent.core.finding import Finding, Status
 from nodeagent.core.parse import format_cpulist
-from nodeagent.facts import gpus, nvidia_smi, nvml
-from nodeagent.facts.nvml import GpuHealth, GpuReport
+from nodeagent.facts import gpu_report, gpus, nvidia_smi, nvml
+from nodeagent.facts.gpu_report import GpuHealth, GpuReport
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix
 from nodeagent.host import Host
@@ -95,7 +95,7 @@ def _active(g: GpuHealth) -> int:
     return sum(1 for link in g.nvlinks if link.active)
 
 
-def _state(link: nvml.NvLink) -> str:
+def _state(link: gpu_report.NvLink) -> str:
     if link.active:
         return link.speed or "active"
     return "inactive" if link.active is False else "unknown"

@@ -31,7 +31,7 @@ from nodeagent.api.check import Check, param
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import gpus, network, nvidia_smi, nvml, pci, system
-from nodeagent.facts.nvml import GpuHealth, GpuReport, PcieLink
+from nodeagent.facts.gpu_report import GpuHealth, GpuReport, PcieLink
 from nodeagent.facts.pci import PCI_DIR, PciDevice
 from nodeagent.host import Host
 
@@ -191,7 +191,25 @@ def collect(host: Host) -> Facts:
     )
     rdma = {p.pci_address for p in network.collect_rdma(host) if p.pci_address}
     nic_addrs = sorted({d.address for d in devices if d.kind == "nic"} | (rdma & set(by_addr)))
+    unparsable = _unparsable_links(host, devices)
+    groups = host.listdir(IOMMU_DIR)
+    gpu_iommu = _gpu_iommu(host, gpu_addrs) if groups else {}
+    acs = _acs_above(host, by_addr, gpu_addrs, nic_addrs)
+    return Facts(
+        devices=devices,
+        gpus=gpu_addrs,
+        nics=nic_addrs,
+        unparsable=unparsable,
+        cmdline=system.collect(host).cmdline,
+        iommu_groups=groups,
+        gpu_iommu=gpu_iommu,
+        acs=acs,
+        gpu_report=nvml.collect(host) if _driver_needed(host, by_addr, gpu_addrs) else None,
+    )
 
+
+def _unparsable_links(host: Host, devices: list[PciDevice]) -> dict[str, str]:
+    """Link attribute path -> raw value, for the attributes present but not parsable."""
     unparsable: dict[str, str] = {}
     for d in devices:
         values = (d.speed_gts, d.width, d.max_speed_gts, d.max_width)
@@ -204,36 +222,34 @@ def collect(host: Host) -> Facts:
             if raw is not None and _bad_link_value(attr, raw):
                 # ascii(): control bytes of a corrupt file must not reach a terminal raw
                 unparsable[path] = ascii(raw.strip()[:40])[1:-1] or "(empty)"
+    return unparsable
 
-    groups = host.listdir(IOMMU_DIR)
-    gpu_iommu: dict[str, tuple[str | None, str | None]] = {}
-    if groups:
-        for a in gpu_addrs:
-            link = host.readlink(f"{PCI_DIR}/{a}/iommu_group")
-            group = link.rstrip("/").rsplit("/", 1)[-1] if link else None
-            group = group if group and parse.is_decimal(group) else None
-            kind = host.read_value(f"{IOMMU_DIR}/{group}/type") if group else None
-            gpu_iommu[a] = (group, kind)
 
+def _gpu_iommu(host: Host, gpu_addrs: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """GPU -> (its IOMMU group, the group's type) as far as they can be read."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for a in gpu_addrs:
+        link = host.readlink(f"{PCI_DIR}/{a}/iommu_group")
+        group = link.rstrip("/").rsplit("/", 1)[-1] if link else None
+        group = group if group and parse.is_decimal(group) else None
+        kind = host.read_value(f"{IOMMU_DIR}/{group}/type") if group else None
+        out[a] = (group, kind)
+    return out
+
+
+def _acs_above(
+    host: Host, by_addr: dict[str, PciDevice], gpu_addrs: list[str], nic_addrs: list[str]
+) -> dict[str, Acs | None]:
+    """The ACS of every bridge above a GPU or NIC (none looked for on a node without GPUs)."""
     acs: dict[str, Acs | None] = {}
-    if gpu_addrs:
-        for a in sorted(set(gpu_addrs) | set(nic_addrs)):
-            for bridge in by_addr[a].upstream if a in by_addr else []:
-                if bridge not in acs:
-                    data = host.read_bytes(f"{PCI_DIR}/{bridge}/config")
-                    acs[bridge] = None if data is None else acs_from_config(data)
-
-    return Facts(
-        devices=devices,
-        gpus=gpu_addrs,
-        nics=nic_addrs,
-        unparsable=unparsable,
-        cmdline=system.collect(host).cmdline,
-        iommu_groups=groups,
-        gpu_iommu=gpu_iommu,
-        acs=acs,
-        gpu_report=nvml.collect(host) if _driver_needed(host, by_addr, gpu_addrs) else None,
-    )
+    if not gpu_addrs:
+        return acs
+    for a in sorted(set(gpu_addrs) | set(nic_addrs)):
+        for bridge in by_addr[a].upstream if a in by_addr else []:
+            if bridge not in acs:
+                data = host.read_bytes(f"{PCI_DIR}/{bridge}/config")
+                acs[bridge] = None if data is None else acs_from_config(data)
+    return acs
 
 
 def _driver_needed(host: Host, by_addr: dict[str, PciDevice], gpu_addrs: list[str]) -> bool:
@@ -337,77 +353,93 @@ def _downtrained(f: Facts, p: Params) -> tuple[list[Finding], int]:
             continue
         role = _role(d, f)
         parent = by_addr.get(d.upstream[-1]) if d.upstream else None
-        below = children.get(d.address, [])
-        ev = _evidence(d)
-        if parent is not None and parent.max_width is not None:
-            ev[f"{PCI_DIR}/{parent.address}/max_link_width"] = f"x{parent.max_width} (the port above)"
-        if parent is not None and parent.max_speed_gts is not None:
-            ev[f"{PCI_DIR}/{parent.address}/max_link_speed"] = (
-                f"{_gen(parent.max_speed_gts)} (the port above)"
-            )
-        now, cap = _gbps(d.speed_gts, d.width), _gbps(d.max_speed_gts, d.max_width)
-        rate = f"; about {now:.1f} of {cap:.1f} GB/s per direction" if now is not None and cap else ""
-        what = "width" if narrow and not slow else "speed" if slow and not narrow else "speed and width"
-        slot_limited = parent is not None and _explained_by(d, [parent])
         if role in ("gpu", "nic"):
-            idle = role == "gpu" and slow and not narrow and not p.gpu_under_load
-            status = Status.WARN if idle else Status.FAIL
-            note = (
-                ": possibly idle power saving (GPUs lower their link speed when not in use); "
-                "re-check under load"
-                if idle
-                else ": the port above supports no more; move the card to a full slot"
-                if slot_limited
-                else ""
-            )
-            summary = f"{role.upper()} {d.address} link {what} below capability ({_link_text(d)}){rate}{note}"
-            remediation = (
-                "Re-check while a job runs: nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,"
-                "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max --format=csv. "
-                if role == "gpu"
-                else ""
-            ) + (
-                "Move the card to a slot wired for its full width and speed (check the board manual and the "
-                "BIOS bifurcation setting)."
-                if slot_limited
-                else f"Reseat the card, check the riser/cable and the BIOS PCIe speed setting (Auto), then "
-                f"compare LnkCap and LnkSta: lspci -vv -s {d.address} | grep -E 'LnkCap|LnkSta'."
-            )
-            order = 0 if role == "gpu" else 1
-        else:
-            # A port's link is also its partner's: when the partner cannot do more, nothing is lost.
-            partners = ([parent] if parent else []) + below
-            if d.kind == "bridge" and not below:
-                continue  # a port with nothing below it (an empty slot) has no link to judge
-            if _explained_by(d, partners):
-                full += 1
-                continue
-            # The endpoint below reports the same link: one finding per link, on the device.
-            if any(c.width == d.width and c.speed_gts == d.speed_gts and c.downtrained for c in below):
-                continue
-            status = Status.WARN
-            summary = f"{d.kind} {d.address} link {what} below capability ({_link_text(d)}){rate}"
-            remediation = (
-                f"Reseat the device or its riser and check the BIOS PCIe speed setting; compare LnkCap and "
-                f"LnkSta: lspci -vv -s {d.address} | grep -E 'LnkCap|LnkSta'."
-            )
-            order = 2
-        out.append(
-            (
-                order,
-                d.address,
-                Finding(
-                    ID,
-                    status,
-                    summary,
-                    ev,
-                    expected=f"x{d.max_width or '?'} at {_gen(d.max_speed_gts)}",
-                    remediation=remediation,
-                    subject=d.address,
-                ),
-            )
-        )
+            out.append((0 if role == "gpu" else 1, d.address, _endpoint_downtrained(d, role, parent, p)))
+            continue
+        below = children.get(d.address, [])
+        if d.kind == "bridge" and not below:
+            continue  # a port with nothing below it (an empty slot) has no link to judge
+        # A port's link is also its partner's: when the partner cannot do more, nothing is lost.
+        if _explained_by(d, ([parent] if parent else []) + below):
+            full += 1
+            continue
+        # The endpoint below reports the same link: one finding per link, on the device.
+        if any(c.width == d.width and c.speed_gts == d.speed_gts and c.downtrained for c in below):
+            continue
+        out.append((2, d.address, _port_downtrained(d, parent)))
     return [fi for _, _, fi in sorted(out, key=lambda t: (t[0], t[1]))], full
+
+
+def _downtrained_evidence(d: PciDevice, parent: PciDevice | None) -> dict[str, str]:
+    """The link's attributes, and the maxima of the port above it."""
+    ev = _evidence(d)
+    if parent is not None and parent.max_width is not None:
+        ev[f"{PCI_DIR}/{parent.address}/max_link_width"] = f"x{parent.max_width} (the port above)"
+    if parent is not None and parent.max_speed_gts is not None:
+        ev[f"{PCI_DIR}/{parent.address}/max_link_speed"] = f"{_gen(parent.max_speed_gts)} (the port above)"
+    return ev
+
+
+def _shortfall(d: PciDevice) -> tuple[str, str]:
+    """What is below capability ("width", "speed", "speed and width"), and the bandwidth it costs."""
+    slow, narrow = _short(d)
+    now, cap = _gbps(d.speed_gts, d.width), _gbps(d.max_speed_gts, d.max_width)
+    rate = f"; about {now:.1f} of {cap:.1f} GB/s per direction" if now is not None and cap else ""
+    what = "width" if narrow and not slow else "speed" if slow and not narrow else "speed and width"
+    return what, rate
+
+
+def _endpoint_downtrained(d: PciDevice, role: str, parent: PciDevice | None, p: Params) -> Finding:
+    """A GPU or NIC below its link capability: FAIL, or WARN for a GPU that may be idle."""
+    slow, narrow = _short(d)
+    what, rate = _shortfall(d)
+    slot_limited = parent is not None and _explained_by(d, [parent])
+    idle = role == "gpu" and slow and not narrow and not p.gpu_under_load
+    note = (
+        ": possibly idle power saving (GPUs lower their link speed when not in use); re-check under load"
+        if idle
+        else ": the port above supports no more; move the card to a full slot"
+        if slot_limited
+        else ""
+    )
+    remediation = (
+        "Re-check while a job runs: nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.current,"
+        "pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max --format=csv. "
+        if role == "gpu"
+        else ""
+    ) + (
+        "Move the card to a slot wired for its full width and speed (check the board manual and the "
+        "BIOS bifurcation setting)."
+        if slot_limited
+        else f"Reseat the card, check the riser/cable and the BIOS PCIe speed setting (Auto), then "
+        f"compare LnkCap and LnkSta: lspci -vv -s {d.address} | grep -E 'LnkCap|LnkSta'."
+    )
+    return Finding(
+        ID,
+        Status.WARN if idle else Status.FAIL,
+        f"{role.upper()} {d.address} link {what} below capability ({_link_text(d)}){rate}{note}",
+        _downtrained_evidence(d, parent),
+        expected=f"x{d.max_width or '?'} at {_gen(d.max_speed_gts)}",
+        remediation=remediation,
+        subject=d.address,
+    )
+
+
+def _port_downtrained(d: PciDevice, parent: PciDevice | None) -> Finding:
+    """Another device (a bridge, storage) below its link capability, its partners able to do more."""
+    what, rate = _shortfall(d)
+    return Finding(
+        ID,
+        Status.WARN,
+        f"{d.kind} {d.address} link {what} below capability ({_link_text(d)}){rate}",
+        _downtrained_evidence(d, parent),
+        expected=f"x{d.max_width or '?'} at {_gen(d.max_speed_gts)}",
+        remediation=(
+            f"Reseat the device or its riser and check the BIOS PCIe speed setting; compare LnkCap and "
+            f"LnkSta: lspci -vv -s {d.address} | grep -E 'LnkCap|LnkSta'."
+        ),
+        subject=d.address,
+    )
 
 
 def _links(f: Facts, p: Params) -> list[Finding]:
@@ -422,35 +454,9 @@ def _links(f: Facts, p: Params) -> list[Finding]:
             )
         ]
     findings, full = _downtrained(f, p)
-    with_attrs = [d for d in f.devices if _has_link_attrs(d)]
-    by_driver = {g.pci_address for g in _driver_gpus(f) if g.pcie is not None}
-    unjudged = [d for d in with_attrs if not _judgeable(d) and d.address not in by_driver]
-    unjudged_ev = {f"{PCI_DIR}/{d.address}/max_link_speed": "absent" for d in unjudged[:20]}
-    note = (
-        f"{len(unjudged)} device(s) with link attributes not judgeable: no max_link_speed/max_link_width "
-        "(older kernels, or a recording without them)"
-    )
-    if not with_attrs:
-        findings.append(
-            Finding(
-                ID,
-                Status.SKIPPED,
-                f"none of {len(f.devices)} PCI devices exposes PCIe link attributes (conventional PCI or "
-                "virtual devices, or a recording without them)",
-                {f"{PCI_DIR}/*/current_link_speed": f"absent on all {len(f.devices)} devices"},
-                subject="links",
-            )
-        )
-    elif findings:
-        if unjudged:
-            findings.append(Finding(ID, Status.SKIPPED, note, unjudged_ev, subject="links"))
-    elif full:
-        summary = f"{full} PCIe link(s) at the speed and width their two ends support"
-        findings.append(
-            Finding(ID, Status.OK, summary + (f"; {note}" if unjudged else ""), unjudged_ev, subject="links")
-        )
-    else:
-        findings.append(Finding(ID, Status.SKIPPED, note, unjudged_ev, subject="links"))
+    summary = _links_summary(f, bool(findings), full)
+    if summary is not None:
+        findings.append(summary)
     if f.unparsable:
         findings.append(
             Finding(
@@ -465,6 +471,35 @@ def _links(f: Facts, p: Params) -> list[Finding]:
             )
         )
     return findings
+
+
+def _links_summary(f: Facts, downtrained: bool, full: int) -> Finding | None:
+    """One finding for the links not reported one by one: all at capability, or not judgeable."""
+    with_attrs = [d for d in f.devices if _has_link_attrs(d)]
+    by_driver = {g.pci_address for g in _driver_gpus(f) if g.pcie is not None}
+    unjudged = [d for d in with_attrs if not _judgeable(d) and d.address not in by_driver]
+    unjudged_ev = {f"{PCI_DIR}/{d.address}/max_link_speed": "absent" for d in unjudged[:20]}
+    note = (
+        f"{len(unjudged)} device(s) with link attributes not judgeable: no max_link_speed/max_link_width "
+        "(older kernels, or a recording without them)"
+    )
+    if not with_attrs:
+        return Finding(
+            ID,
+            Status.SKIPPED,
+            f"none of {len(f.devices)} PCI devices exposes PCIe link attributes (conventional PCI or "
+            "virtual devices, or a recording without them)",
+            {f"{PCI_DIR}/*/current_link_speed": f"absent on all {len(f.devices)} devices"},
+            subject="links",
+        )
+    if downtrained:
+        return Finding(ID, Status.SKIPPED, note, unjudged_ev, subject="links") if unjudged else None
+    if full:
+        summary = f"{full} PCIe link(s) at the speed and width their two ends support"
+        return Finding(
+            ID, Status.OK, summary + (f"; {note}" if unjudged else ""), unjudged_ev, subject="links"
+        )
+    return Finding(ID, Status.SKIPPED, note, unjudged_ev, subject="links")
 
 
 # -- GPU links from the driver (NVML, or `nvidia-smi -q -x` on recordings) ------------------------
@@ -672,18 +707,7 @@ def _driver_links(f: Facts, p: Params) -> list[Finding]:
         link = g.pcie or PcieLink()
         bad = _unparsable_of(r, g, _LINK_FIELDS)
         if bad:
-            out.append(
-                Finding(
-                    ID,
-                    Status.UNKNOWN,
-                    f"{g.label} PCIe link unknown: {len(bad)} value(s) in the {r.source} output could not "
-                    "be parsed",
-                    bad,
-                    expected="a generation number and a width such as 16x",
-                    remediation="Re-record the snapshot, or compare with `nvidia-smi -q -d PCI` on the node.",
-                    subject=g.subject,
-                )
-            )
+            out.append(_driver_unparsable(r, g, bad))
             continue
         comparable = (link.width_current is not None and link.width_max is not None) or (
             link.gen_current is not None and _gen_top(link) is not None
@@ -697,34 +721,51 @@ def _driver_links(f: Facts, p: Params) -> list[Finding]:
         else:
             at_max.append(g)
     if at_max:
-        out.append(
-            Finding(
-                ID,
-                Status.OK,
-                f"{len(at_max)} GPU PCIe link(s) at their max generation and width ({r.source}; sysfs has no "
-                "link attributes for them)",
-                {k: v for g in at_max for k, v in _driver_evidence(r, g).items()},
-                subject=_GPU_LINKS,
-            )
-        )
+        out.append(_driver_at_max(r, at_max))
     if blind:
-        out.append(
-            Finding(
-                ID,
-                Status.SKIPPED,
-                f"PCIe links of {len(blind)} GPU(s) not judged: neither sysfs nor {r.source} gives both the "
-                "current and the max generation or width",
-                {
-                    _driver_key(r, g, name): "absent or N/A"
-                    for g in blind[:8]
-                    for name in ("gen_current", "gen_max", "width_current", "width_max")
-                    if getattr(g.pcie or PcieLink(), name) is None
-                }
-                | {k: v for g in blind[:8] for k, v in _driver_evidence(r, g).items()},
-                subject=_GPU_LINKS,
-            )
-        )
+        out.append(_driver_blind(r, blind))
     return out
+
+
+def _driver_unparsable(r: GpuReport, g: GpuHealth, bad: dict[str, str]) -> Finding:
+    return Finding(
+        ID,
+        Status.UNKNOWN,
+        f"{g.label} PCIe link unknown: {len(bad)} value(s) in the {r.source} output could not be parsed",
+        bad,
+        expected="a generation number and a width such as 16x",
+        remediation="Re-record the snapshot, or compare with `nvidia-smi -q -d PCI` on the node.",
+        subject=g.subject,
+    )
+
+
+def _driver_at_max(r: GpuReport, at_max: list[GpuHealth]) -> Finding:
+    return Finding(
+        ID,
+        Status.OK,
+        f"{len(at_max)} GPU PCIe link(s) at their max generation and width ({r.source}; sysfs has no "
+        "link attributes for them)",
+        {k: v for g in at_max for k, v in _driver_evidence(r, g).items()},
+        subject=_GPU_LINKS,
+    )
+
+
+def _driver_blind(r: GpuReport, blind: list[GpuHealth]) -> Finding:
+    """GPUs whose driver gives no pair of current and max values to compare."""
+    absent = {
+        _driver_key(r, g, name): "absent or N/A"
+        for g in blind[:8]
+        for name in ("gen_current", "gen_max", "width_current", "width_max")
+        if getattr(g.pcie or PcieLink(), name) is None
+    }
+    return Finding(
+        ID,
+        Status.SKIPPED,
+        f"PCIe links of {len(blind)} GPU(s) not judged: neither sysfs nor {r.source} gives both the "
+        "current and the max generation or width",
+        absent | {k: v for g in blind[:8] for k, v in _driver_evidence(r, g).items()},
+        subject=_GPU_LINKS,
+    )
 
 
 # -- IOMMU and ACS -------------------------------------------------------------------------------
@@ -740,37 +781,17 @@ def _iommu(f: Facts, p: Params) -> Finding:
             ev,
             subject="iommu",
         )
-    translated: list[str] = []
-    unknown: list[str] = []
-    for gpu, (group, kind) in sorted(f.gpu_iommu.items()):
-        path = f"{IOMMU_DIR}/{group}/type" if group else f"{PCI_DIR}/{gpu}/iommu_group"
-        ev[path] = kind or ("absent" if group else "no group")
-        if kind is None:
-            unknown.append(gpu)
-        elif kind.startswith("DMA"):
-            translated.append(gpu)
+    translated, unknown = _gpu_iommu_modes(f, ev)
     passthrough = params.get("iommu") == "pt" or params.get("iommu.passthrough") in ("1", "on", "y")
     if not translated and unknown and passthrough:
         unknown = []  # no group type (kernel < 5.11) but iommu=pt on the command line
     status = Status.OK
     if translated or unknown:
         status = Status.OK if p.allow_iommu_translation else Status.WARN
-    if translated:
-        summary = (
-            f"the IOMMU translates the DMA of GPU(s) {', '.join(translated)}: "
-            "P2P and GPUDirect RDMA go through it"
-        )
-    elif unknown:
-        summary = (
-            f"the IOMMU is on ({len(f.iommu_groups)} groups) and its mode for GPU(s) {', '.join(unknown)} is "
-            "not readable; iommu=pt is not on the command line"
-        )
-    else:
-        summary = f"the IOMMU is on ({len(f.iommu_groups)} groups) and GPUs are in passthrough (identity)"
     return Finding(
         ID,
         status,
-        summary,
+        _iommu_summary(translated, unknown, len(f.iommu_groups)),
         ev,
         expected="IOMMU off, or iommu=pt (group type identity) for GPUs",
         remediation="Add iommu=pt to the kernel command line (GRUB_CMDLINE_LINUX in /etc/default/grub, then "
@@ -781,15 +802,35 @@ def _iommu(f: Facts, p: Params) -> Finding:
     )
 
 
+def _gpu_iommu_modes(f: Facts, ev: dict[str, str]) -> tuple[list[str], list[str]]:
+    """GPUs whose DMA the IOMMU translates, and GPUs whose IOMMU mode is unknown; evidence in `ev`."""
+    translated: list[str] = []
+    unknown: list[str] = []
+    for gpu, (group, kind) in sorted(f.gpu_iommu.items()):
+        path = f"{IOMMU_DIR}/{group}/type" if group else f"{PCI_DIR}/{gpu}/iommu_group"
+        ev[path] = kind or ("absent" if group else "no group")
+        if kind is None:
+            unknown.append(gpu)
+        elif kind.startswith("DMA"):
+            translated.append(gpu)
+    return translated, unknown
+
+
+def _iommu_summary(translated: list[str], unknown: list[str], groups: int) -> str:
+    if translated:
+        return (
+            f"the IOMMU translates the DMA of GPU(s) {', '.join(translated)}: "
+            "P2P and GPUDirect RDMA go through it"
+        )
+    if unknown:
+        return (
+            f"the IOMMU is on ({groups} groups) and its mode for GPU(s) {', '.join(unknown)} is "
+            "not readable; iommu=pt is not on the command line"
+        )
+    return f"the IOMMU is on ({groups} groups) and GPUs are in passthrough (identity)"
+
+
 def _acs(f: Facts, p: Params) -> list[Finding]:
-    by_addr = pci.by_address(f.devices)
-    root_ports = {d.upstream[0] for d in f.devices if d.upstream}
-    checked = {b: a for b, a in f.acs.items() if a is not None and a.extended and not a.problem}
-    redirecting = [
-        b
-        for b, a in sorted(checked.items())
-        if b not in root_ports and a.control is not None and a.control & ACS_P2P_REDIRECT
-    ]
     out: list[Finding] = []
     corrupt = {b: a for b, a in f.acs.items() if a is not None and a.problem}
     if corrupt:
@@ -814,29 +855,46 @@ def _acs(f: Facts, p: Params) -> list[Finding]:
             )
         )
         return out
+    checked = {b: a for b, a in f.acs.items() if a is not None and a.extended and not a.problem}
     if not checked:
-        absent = [b for b, a in f.acs.items() if a is None]
-        short = {b: a.readable for b, a in f.acs.items() if a is not None and not a.extended}
-        ev = {f"{PCI_DIR}/{b}/config": "absent" for b in sorted(absent)}
-        ev |= {f"{PCI_DIR}/{b}/config": f"{n} bytes readable" for b, n in sorted(short.items())}
-        why = (
-            "only 64 bytes of config space are readable without root: run as root"
-            if short and max(short.values()) <= 64
-            else "the kernel exposes no extended config space (256 bytes: no MMCONFIG/ECAM access)"
-            if short
-            else "config space was not recorded"
-        )
         if not corrupt:
-            out.append(
-                Finding(
-                    ID,
-                    Status.SKIPPED,
-                    f"ACS of {len(f.acs)} bridge(s) above the GPUs and NICs could not be read: {why}",
-                    ev,
-                    subject="acs",
-                )
-            )
+            out.append(_acs_unreadable(f))
         return out
+    out.append(_acs_redirect(f, p, checked))
+    return out
+
+
+def _acs_unreadable(f: Facts) -> Finding:
+    """No bridge's ACS could be read: say why (no root, no extended config space, not recorded)."""
+    absent = [b for b, a in f.acs.items() if a is None]
+    short = {b: a.readable for b, a in f.acs.items() if a is not None and not a.extended}
+    ev = {f"{PCI_DIR}/{b}/config": "absent" for b in sorted(absent)}
+    ev |= {f"{PCI_DIR}/{b}/config": f"{n} bytes readable" for b, n in sorted(short.items())}
+    why = (
+        "only 64 bytes of config space are readable without root: run as root"
+        if short and max(short.values()) <= 64
+        else "the kernel exposes no extended config space (256 bytes: no MMCONFIG/ECAM access)"
+        if short
+        else "config space was not recorded"
+    )
+    return Finding(
+        ID,
+        Status.SKIPPED,
+        f"ACS of {len(f.acs)} bridge(s) above the GPUs and NICs could not be read: {why}",
+        ev,
+        subject="acs",
+    )
+
+
+def _acs_redirect(f: Facts, p: Params, checked: dict[str, Acs]) -> Finding:
+    """Whether ACS on the readable switch ports (not root ports) redirects peer-to-peer traffic."""
+    by_addr = pci.by_address(f.devices)
+    root_ports = {d.upstream[0] for d in f.devices if d.upstream}
+    redirecting = [
+        b
+        for b, a in sorted(checked.items())
+        if b not in root_ports and a.control is not None and a.control & ACS_P2P_REDIRECT
+    ]
     ev = {
         f"{PCI_DIR}/{b}/config": a.describe() + (" (root port)" if b in root_ports else "")
         for b, a in sorted(checked.items())
@@ -848,31 +906,27 @@ def _acs(f: Facts, p: Params) -> list[Finding]:
         names = ", ".join(
             f"{b} ({by_addr[b].vendor}:{by_addr[b].device})" if b in by_addr else b for b in redirecting
         )
-        out.append(
-            Finding(
-                ID,
-                Status.WARN,
-                f"ACS redirects peer-to-peer traffic on {len(redirecting)} PCIe switch port(s) above "
-                f"GPUs/NICs: {names}",
-                ev,
-                expected="ReqRedir- CmpltRedir- EgressCtrl- on switch ports "
-                "(GPUDirect P2P and RDMA stay in the switch)",
-                remediation="Disable ACS in the BIOS (IO virtualization / VT-d / ACS), "
-                "or at run time (lost at reboot): "
-                + "; ".join(f"setpci -s {b} ECAP_ACS+0x6.w=0000" for b in redirecting[:8])
-                + f" (see {NCCL_ACS_DOC})",
-                subject="acs",
-            )
+        return Finding(
+            ID,
+            Status.WARN,
+            f"ACS redirects peer-to-peer traffic on {len(redirecting)} PCIe switch port(s) above "
+            f"GPUs/NICs: {names}",
+            ev,
+            expected="ReqRedir- CmpltRedir- EgressCtrl- on switch ports "
+            "(GPUDirect P2P and RDMA stay in the switch)",
+            remediation="Disable ACS in the BIOS (IO virtualization / VT-d / ACS), "
+            "or at run time (lost at reboot): "
+            + "; ".join(f"setpci -s {b} ECAP_ACS+0x6.w=0000" for b in redirecting[:8])
+            + f" (see {NCCL_ACS_DOC})",
+            subject="acs",
         )
-    else:
-        summary = (
-            f"ACS redirect is on for {len(redirecting)} switch port(s), allowed on this host"
-            if redirecting
-            else f"ACS does not redirect peer-to-peer traffic on the {len(checked)} readable bridge(s) "
-            "above GPUs/NICs"
-        )
-        out.append(Finding(ID, Status.OK, summary, ev, subject="acs"))
-    return out
+    summary = (
+        f"ACS redirect is on for {len(redirecting)} switch port(s), allowed on this host"
+        if redirecting
+        else f"ACS does not redirect peer-to-peer traffic on the {len(checked)} readable bridge(s) "
+        "above GPUs/NICs"
+    )
+    return Finding(ID, Status.OK, summary, ev, subject="acs")
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:

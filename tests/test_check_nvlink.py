@@ -13,11 +13,11 @@ import pytest
 from nodeagent.checks import nvlink
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import nvidia_smi, nvml
-from nodeagent.facts.nvml import GpuHealth, GpuReport, NvLink
+from nodeagent.facts.gpu_report import GpuHealth, GpuReport, NvLink
 from nodeagent.host import Host, LocalHost
 from tests import fake_nvml as fake
+from tests.gpu_samples import A100_XML, local_gpu_host
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
-from tests.test_check_gpu import A100_XML, local_gpu_host
 
 DEFAULT = nvlink.Params()
 

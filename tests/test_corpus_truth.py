@@ -20,7 +20,7 @@ from nodeagent import checks, engine
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import Report
-from nodeagent.facts import gpus, network, node, nvml, ranks, system, topology
+from nodeagent.facts import gpu_report, gpus, network, node, nvml, ranks, system, topology
 from nodeagent.host import SnapshotHost
 from tests import corpus
 
@@ -90,14 +90,14 @@ def _smi_log(expect: dict[str, Any], host: SnapshotHost) -> None:
     want = expect.get("gpus", [])
     assert len(report.gpus) == len(want), "GPU count"
     for got, gpu in zip(report.gpus, want, strict=True):
-        assert got.pci_address == nvml.normalize_bus_id(gpu["bus_id"])
+        assert got.pci_address == gpu_report.normalize_bus_id(gpu["bus_id"])
         _equal(gpu, "name", got.name)
         _equal(gpu, "ecc_current", got.ecc_enabled)
         _equal(gpu, "persistence", got.persistence_mode)
         _equal(gpu, "volatile_uncorrectable", got.volatile_uncorrectable)
         _equal(gpu, "mig_current", got.mig_current)
         _equal(gpu, "mig_pending", got.mig_pending)
-        pcie = got.pcie or nvml.PcieLink()
+        pcie = got.pcie or gpu_report.PcieLink()
         for key in ("gen_max", "gen_current", "width_max", "width_current"):
             _equal(gpu, f"pcie_{key}", getattr(pcie, key))
         if "mig_instances" in gpu:
@@ -214,7 +214,7 @@ def _about(f: Finding, subject: str | None) -> bool:
     if subject is None:
         return True
     if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d", subject):
-        subject = nvml.normalize_bus_id(subject)  # nvidia-smi's 8-digit domain, sysfs's 4
+        subject = gpu_report.normalize_bus_id(subject)  # nvidia-smi's 8-digit domain, sysfs's 4
     device = re.split(r"[/:]", subject)[0]
     text = " ".join([f.subject, f.summary, *f.evidence])
     return subject in text or device in text

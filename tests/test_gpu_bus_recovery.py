@@ -24,11 +24,11 @@ import pytest
 from nodeagent.checks import gpu
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import nvidia_smi, nvml
-from nodeagent.facts.nvml import GpuReport
+from nodeagent.facts.gpu_report import GpuReport
 from nodeagent.host import LocalHost
 from tests import fake_nvml as fake
+from tests.gpu_samples import NVIDIA_PCI, healthy, report
 from tests.helpers import FIXTURES, make_tree
-from tests.test_check_gpu import NVIDIA_PCI, healthy, report
 
 CORPUS = FIXTURES / "corpus"
 DEFAULT = gpu.Params()

@@ -13,7 +13,7 @@ import pytest
 
 from nodeagent.checks import gpu, topology
 from nodeagent.core.finding import Status
-from nodeagent.facts import gpus, node, nvidia_smi, nvml, pci_topology
+from nodeagent.facts import gpu_report, gpus, node, nvidia_smi, pci_topology
 from nodeagent.host import SnapshotHost
 from tests import corpus
 from tests.helpers import make_tree
@@ -99,7 +99,7 @@ def test_link_and_load_values(
     name: str, index: int, link: tuple[int | None, ...], load: tuple[float | None, int | None]
 ) -> None:
     g = nvidia_smi.parse_xml(recorded(name)).gpus[index]
-    pcie = g.pcie or nvml.PcieLink()
+    pcie = g.pcie or gpu_report.PcieLink()
     assert (pcie.gen_current, pcie.gen_max, pcie.width_current, pcie.width_max) == link
     assert (g.utilization_pct, g.performance_state) == load
     assert g.unparsable == {}

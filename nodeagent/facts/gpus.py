@@ -17,17 +17,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nodeagent.facts import pci
+from nodeagent.facts.gpu_report import SMI_COMMAND, SMI_SOURCE
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix, parse_topo
 from nodeagent.host import Host
 
 if TYPE_CHECKING:
-    from nodeagent.facts.nvml import GpuHealth
+    from nodeagent.facts.gpu_report import GpuHealth
 
 NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 PATHS: tuple[str, ...] = (*pci.PATHS, f"{NVIDIA_PROC}/*/information")
-SMI_COMMAND = ("nvidia-smi", "-q", "-x")  # facts.nvidia_smi reads it
-SMI_SOURCE = "nvidia-smi -q -x"
 COMMANDS = (TOPO_COMMAND, SMI_COMMAND)
 _NORMALIZED = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 

@@ -27,19 +27,18 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodeagent.facts import nvml
-from nodeagent.facts.gpus import SMI_COMMAND, SMI_SOURCE
-from nodeagent.facts.nvml import GpuHealth, GpuReport, NvLink
+from nodeagent.facts import gpu_report
+from nodeagent.facts.gpu_report import SMI_COMMAND, SMI_SOURCE, GpuHealth, GpuReport, NvLink
 from nodeagent.host import CmdResult, Host
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-COMMAND = SMI_COMMAND  # ("nvidia-smi", "-q", "-x"), declared in facts.gpus (which lists its GPUs too)
+COMMAND = SMI_COMMAND  # ("nvidia-smi", "-q", "-x"), declared in facts.gpu_report
 NVLINK_STATUS = ("nvidia-smi", "nvlink", "-s")
 NVLINK_ERRORS = ("nvidia-smi", "nvlink", "-e")
 COMMANDS = (COMMAND, NVLINK_STATUS, NVLINK_ERRORS)
@@ -140,11 +139,11 @@ class _Values:
         return None
 
     def recovery_action(self, path: str) -> str | None:
-        """<gpu_recovery_action> as a facts.nvml.RECOVERY_ACTIONS name; an unknown word is a problem."""
+        """<gpu_recovery_action> as a facts.gpu_report.RECOVERY_ACTIONS name; an unknown word is a problem."""
         value = self.text(path)
         if value is None:
             return None
-        action = nvml.RECOVERY_WORDS.get(" ".join(value.lower().split()))
+        action = gpu_report.RECOVERY_WORDS.get(" ".join(value.lower().split()))
         if action is None:
             self.problem(path, f"unknown recovery action {value[:60]!r}")
         return action
@@ -216,32 +215,13 @@ def _parse_gpu(index: int, node: ET.Element) -> tuple[GpuHealth, list[str]]:
     bus = _plain(node.get("id")) or _plain(node.findtext("pci/pci_bus_id"))
     v = _Values(node, f"GPU {bus or index}")
     power = "gpu_power_readings" if node.find("gpu_power_readings") is not None else "power_readings"
-    reasons_node = node.find("clocks_event_reasons")
-    prefix = "clocks_event_reason_"
-    if reasons_node is None:
-        reasons_node = node.find("clocks_throttle_reasons")
-        prefix = "clocks_throttle_reason_"
-    reasons: tuple[str, ...] | None = None
-    if reasons_node is not None and len(reasons_node):
-        active = [
-            child.tag.removeprefix(prefix)
-            for child in reasons_node
-            if v.flag(f"{reasons_node.tag}/{child.tag}")
-        ]
-        reasons = tuple("display_clocks_setting" if r == "display_clock_setting" else r for r in active)
-    temp = v.number("temperature/gpu_temp")
-    slowdown = v.number("temperature/gpu_temp_slow_threshold")
-    margin = None if temp is None or slowdown is None else slowdown - temp
-    if margin is None:
-        tlimit = v.number("temperature/gpu_temp_tlimit")
-        slow_tlimit = v.number("temperature/gpu_temp_slow_tlimit_threshold")
-        if tlimit is not None and slow_tlimit is not None:
-            margin = tlimit - slow_tlimit
+    reasons = _clock_reasons(node, v)
+    temp, slowdown, margin = _temperatures(v)
     mig_instances, mig_listed = _mig_instances(v)
     gpu = GpuHealth(
         index=index,
         name=v.text("product_name"),
-        pci_address=nvml.normalize_bus_id(bus) if bus else None,
+        pci_address=gpu_report.normalize_bus_id(bus) if bus else None,
         uuid=v.text("uuid"),
         persistence_mode=v.flag("persistence_mode"),
         ecc_enabled=v.flag("ecc_mode/current_ecc"),
@@ -277,12 +257,42 @@ def _parse_gpu(index: int, node: ET.Element) -> tuple[GpuHealth, list[str]]:
     return gpu, v.problems
 
 
-def _pcie(v: _Values) -> nvml.PcieLink | None:
+def _clock_reasons(node: ET.Element, v: _Values) -> tuple[str, ...] | None:
+    """The active clock event reasons (<clocks_event_reasons>, before R535 <clocks_throttle_reasons>),
+    named as NVML names them; None when the output has neither."""
+    reasons_node = node.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if reasons_node is None:
+        reasons_node = node.find("clocks_throttle_reasons")
+        prefix = "clocks_throttle_reason_"
+    if reasons_node is None or not len(reasons_node):
+        return None
+    active = [
+        child.tag.removeprefix(prefix) for child in reasons_node if v.flag(f"{reasons_node.tag}/{child.tag}")
+    ]
+    return tuple("display_clocks_setting" if r == "display_clock_setting" else r for r in active)
+
+
+def _temperatures(v: _Values) -> tuple[float | None, float | None, float | None]:
+    """GPU temperature, its slowdown threshold, and the margin between them (from the T.Limit
+    readings where the absolute ones are not printed)."""
+    temp = v.number("temperature/gpu_temp")
+    slowdown = v.number("temperature/gpu_temp_slow_threshold")
+    margin = None if temp is None or slowdown is None else slowdown - temp
+    if margin is None:
+        tlimit = v.number("temperature/gpu_temp_tlimit")
+        slow_tlimit = v.number("temperature/gpu_temp_slow_tlimit_threshold")
+        if tlimit is not None and slow_tlimit is not None:
+            margin = tlimit - slow_tlimit
+    return temp, slowdown, margin
+
+
+def _pcie(v: _Values) -> gpu_report.PcieLink | None:
     values = {name: v.integer(path) for name, path in PCIE_PATHS.items()}
-    return nvml.PcieLink(**values) if any(x is not None for x in values.values()) else None
+    return gpu_report.PcieLink(**values) if any(x is not None for x in values.values()) else None
 
 
-def _mig_instances(v: _Values) -> tuple[tuple[nvml.MigInstance, ...], bool]:
+def _mig_instances(v: _Values) -> tuple[tuple[gpu_report.MigInstance, ...], bool]:
     """<mig_devices>: its <mig_device>s, and whether it lists any ("None": listed, empty)."""
     node = v.gpu.find(MIG_DEVICES)
     if node is None:
@@ -294,9 +304,9 @@ def _mig_instances(v: _Values) -> tuple[tuple[nvml.MigInstance, ...], bool]:
     return tuple(_mig_instance(w, i) for i, w in enumerate(where)), True
 
 
-def _mig_instance(v: _Values, position: int) -> nvml.MigInstance:
+def _mig_instance(v: _Values, position: int) -> gpu_report.MigInstance:
     index = v.integer("index")
-    return nvml.MigInstance(
+    return gpu_report.MigInstance(
         index=position if index is None else index,
         gpu_instance_id=v.integer("gpu_instance_id"),
         compute_instance_id=v.integer("compute_instance_id"),
@@ -427,8 +437,12 @@ def _gpus_from_nvlink(host: Host) -> tuple[GpuHealth, ...]:
     return with_nvlinks(gpus, status.stdout, errors.stdout if errors.ok else None)
 
 
-def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
-    """The GPU report from `nvidia-smi -q -x` and `nvidia-smi nvlink -s/-e` (recorded or remote)."""
+def collect_report(
+    host: Host, module_version: str | None = None, present: Callable[[], list[str]] = list
+) -> GpuReport:
+    """The GPU report from `nvidia-smi -q -x` and `nvidia-smi nvlink -s/-e` (recorded or remote).
+    `present` lists the NVIDIA GPUs the host shows without the driver (PCI, /proc), asked only when
+    nvidia-smi gave nothing, to say whether GPUs are there without a report."""
     run = run_log(host)
     result = run.result
     base = GpuReport(SOURCE, kernel_module_version=module_version, nvlink_source=NVLINK_SOURCE)
@@ -436,7 +450,7 @@ def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
         why = _first_line(result)
         evidence = {shlex.join(COMMAND): why}
         if module_version:
-            evidence[f"{nvml.MODULE_VERSION} or {nvml.PROC_VERSION}"] = module_version
+            evidence[f"{gpu_report.MODULE_VERSION} or {gpu_report.PROC_VERSION}"] = module_version
         if "version mismatch" in why.lower():  # "Failed to initialize NVML: Driver/library version mismatch"
             return dataclasses.replace(base, failure=f"`nvidia-smi -q -x` failed: {why}", evidence=evidence)
         linked = _gpus_from_nvlink(host)
@@ -444,14 +458,14 @@ def collect_report(host: Host, module_version: str | None = None) -> GpuReport:
             # Only `nvidia-smi nvlink -s` was recorded: its "GPU n: NAME (UUID: ...)" headers name
             # the GPUs, enough to judge their links (health values stay unknown).
             return dataclasses.replace(base, source=NVLINK_SOURCE, gpus=linked)
-        present = nvml.nvidia_devices(host)
-        if present:
-            shown = ", ".join(present[:4]) + (", ..." if len(present) > 4 else "")
-            reason = f"{len(present)} NVIDIA GPU(s) ({shown}) but no `nvidia-smi -q -x` data: {why}"
-            evidence["NVIDIA GPUs (PCI, /proc/driver/nvidia/gpus)"] = ", ".join(present)
+        devices = present()
+        if devices:
+            shown = ", ".join(devices[:4]) + (", ..." if len(devices) > 4 else "")
+            reason = f"{len(devices)} NVIDIA GPU(s) ({shown}) but no `nvidia-smi -q -x` data: {why}"
+            evidence["NVIDIA GPUs (PCI, /proc/driver/nvidia/gpus)"] = ", ".join(devices)
         else:
             reason = (
-                f"no NVIDIA GPU: none on the PCI bus, no {nvml.NVIDIA_PROC_GPUS}, "
+                f"no NVIDIA GPU: none on the PCI bus, no {gpu_report.NVIDIA_PROC_GPUS}, "
                 f"and no `nvidia-smi -q -x` data ({why})"
             )
         return dataclasses.replace(base, reason=reason, evidence=evidence)
