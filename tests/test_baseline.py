@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from nodeagent import checks, engine
-from nodeagent.cluster import fleet
-from nodeagent.cluster.fleet import Value
+from nodeagent.compare import fleet
+from nodeagent.compare.fleet import Value
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
@@ -243,7 +243,8 @@ def one_line_error(path: Path) -> str:
 def test_a_corrupt_baseline_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "b.json"
     path.write_text('{\n "version": 1,\n "hosts": {"a": {"x": 1,}}\n}\n')
-    assert "line 3" in one_line_error(path) and "not JSON" in one_line_error(path)
+    message = one_line_error(path)
+    assert f"{path}:3: " in message and "not JSON" in message
 
 
 def test_a_missing_baseline_says_how_to_record_one(tmp_path: Path) -> None:
@@ -257,22 +258,49 @@ def test_a_baseline_of_another_version_is_refused(tmp_path: Path, vm_values: dic
     doc["version"] = 99
     path.write_text(json.dumps(doc, indent=1))
     message = one_line_error(path)
-    assert "version" in message and "99" in message and "line 2" in message
+    assert f"{path}:2: version: is 99" in message and f"reads version {baseline.VERSION}" in message
 
 
 @pytest.mark.parametrize(
-    ("doc", "field"),
+    ("doc", "where"),
     [
-        ({"version": 1, "hosts": {"a": {"k": [1, 2]}}}, "hosts.a.k"),
-        ({"version": 1, "hosts": {"a": 3}}, "hosts.a"),
-        ({"version": 1, "hosts": {}}, "hosts"),
-        ([1, 2], "not a nodeagent baseline"),
+        (
+            {"version": 1, "hosts": {"a": {"k": [1, 2]}}},
+            ":5: hosts.a.k: must be a string, number, boolean or null",
+        ),
+        ({"version": 1, "hosts": {"a": 3}}, ":4: hosts.a: must be an object (got 3)"),
+        ({"version": 1, "hosts": {}}, ":3: hosts: names no host"),
+        ({"version": 1, "hosts": {"a": {"k": 1}}, "source": 7}, ":8: source: must be a string (got 7)"),
+        ({"version": "1", "hosts": {"a": {}}}, ':2: version: must be an integer (got "1")'),
+        ({"version": True, "hosts": {"a": {}}}, ":2: version: must be an integer (got true)"),
+        ({"hosts": {"a": {}}}, ":1: version: is required"),
+        ({"version": 1}, ":1: hosts: is required"),
+        ([1, 2], ":1: not a nodeagent baseline"),
     ],
 )
-def test_a_malformed_baseline_names_the_field(tmp_path: Path, doc: object, field: str) -> None:
+def test_a_malformed_baseline_names_the_line_and_field(tmp_path: Path, doc: object, where: str) -> None:
     path = tmp_path / "b.json"
     path.write_text(json.dumps(doc, indent=1))
-    assert field in one_line_error(path)
+    assert f"{path}{where}" in one_line_error(path)
+
+
+def test_a_baseline_of_another_tool_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    path.write_bytes(b"\x89PNG\r\n")
+    assert "not UTF-8" in one_line_error(path)
+    path.write_text("hosts: [a]\n")
+    assert f"{path}:1: not a readable nodeagent baseline: not JSON" in one_line_error(path)
+
+
+def test_a_baseline_saved_now_loads_as_it_was_written(tmp_path: Path, vm_values: dict[str, Value]) -> None:
+    path = tmp_path / "b.json"
+    values = {**vm_values, "odd.float": 1.5, "odd.none": None, "odd.bool": True}
+    baseline.save({"vm": values}, path, "vm")
+    doc = json.loads(path.read_text())
+    assert list(doc) == ["version", "nodeagent", "recorded_at", "source", "hosts"]
+    assert path.read_text() == json.dumps(doc, indent=1) + "\n"  # indent 1, keys in this order, as before
+    loaded = baseline.load(path)
+    assert loaded.hosts == {"vm": dict(sorted(values.items()))} and loaded.source == "vm"
 
 
 def test_save_replaces_the_file_whole(tmp_path: Path, vm_values: dict[str, Value]) -> None:

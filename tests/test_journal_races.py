@@ -1,5 +1,5 @@
-"""Journal and state, crash- and race-consistent (issue 14, item 1), on writable copies of a sysfs
-tree (tests/test_apply_revert.py's node) with the state folder in tmp:
+"""Journal and state, crash- and race-consistent, on writable copies of a sysfs
+tree (tests/sysfs_node.py's node) with the state folder in tmp:
 
 - two applies in the same second (the clock frozen) are undone newest first by `revert --all`;
 - two concurrent applies: the second waits for the state lock, no profile setting is lost; a
@@ -32,7 +32,7 @@ from nodeagent.cli.main import main
 from nodeagent.core import parse
 from nodeagent.tuners import thp
 from nodeagent.tuning import apply, journal, profile, state
-from tests.test_apply_revert import THP, SysfsHost, build_node
+from tests.sysfs_node import THP, SysfsHost, build_node
 
 ENABLED, DEFRAG = f"{THP}/enabled", f"{THP}/defrag"
 
@@ -62,7 +62,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(autouse=True)
 def kernel_like(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Selector files re-rendered as the kernel does (tests/test_apply_revert.py's SysfsHost), also
+    """Selector files re-rendered as the kernel does (tests/sysfs_node.py's SysfsHost), also
     for the host revert reopens, so a second apply plans from what the first left."""
     monkeypatch.setattr(apply, "reopen", lambda ref: SysfsHost(Path(ref["source"])))
 
@@ -266,17 +266,23 @@ def test_temporary_files_of_killed_saves_are_removed(node: Path, tmp_path: Path)
     for folder in (st, st / "journal", st / "profiles"):
         folder.mkdir(parents=True, exist_ok=True)
     leftovers = [
+        # nodeagent.core.atomic's temporary files of the state's own files
+        st / ".sequence.0123abcd.tmp",
+        st / "journal" / ".20260101T000000Z-abcdef.json.89abcdef.tmp",
+        st / "profiles" / ".default.json.00ff00ff.tmp",
+        # tempfile.mkstemp's, which earlier versions wrote through
         st / ".sequence.k2j4h5g6",
         st / "journal" / ".x.json.abcd_123",
         st / "profiles" / ".default.json.zz9zz9zz",
     ]
     for p in leftovers:
         p.write_text("half")
-    kept = st / "journal" / "notes.txt"
-    kept.write_text("mine")
+    kept = [st / "journal" / "notes.txt", st / "profiles" / ".notes.txt.0123abcd.tmp"]
+    for p in kept:
+        p.write_text("mine")
     thp_apply(node, "madvise", "never")
     assert not any(p.exists() for p in leftovers)
-    assert kept.exists()
+    assert all(p.exists() for p in kept)
     assert sorted(p.name for p in (st / "journal").iterdir() if p.name.startswith(".")) == []
 
 

@@ -465,16 +465,25 @@ def test_cpus_the_cgroup_forbids_exit_64_naming_cpus_and_cgroup(
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        ("{not json", "not a readable profile"),
-        ("[1, 2]", "not a profile"),
-        ({"ranks": {"0": {}}}, "ranks is not a list of objects"),
-        ({"ranks": [{"cpus": "0-x"}]}, "ranks[0].cpus '0-x' is not a CPU list"),
-        ({"ranks": [{"cpus": [0], "numa_node": "zero"}]}, "ranks[0].numa_node 'zero' is not a node number"),
-        ({"ranks": [{"local_rank": 0}, {"local_rank": 0}]}, "is not a distinct rank number"),
-        ({"env": {"A=B": "1"}}, "invalid variable name"),
-        ({"env": {"A": [1]}}, "env.A is not a string or number"),
-        ({"launcher": {"cpu_dma_latency_us": -5}}, "is not a number of microseconds"),
-        ({"tf_data": [1]}, "tf_data is not an object"),
+        ("{not json", "default.json:1: not a readable profile: not JSON"),
+        ("[1, 2]", "default.json:1: not a profile"),
+        # The profile's model (nodeagent.tuning.profile.ProfileDocument): the line and the field.
+        ({"ranks": {"0": {}}}, "default.json:1: ranks: must be a list (got an object)"),
+        ({"ranks": [{"cpus": "0-x"}]}, "ranks[0].cpus: not a CPU list: '0-x'"),
+        ({"ranks": [{"cpus": [0], "numa_node": "zero"}]}, "ranks[0].numa_node: must be a NUMA node number"),
+        ({"ranks": [{"local_rank": 0}, {"local_rank": 0}]}, "local rank 0 is in ranks[0] and ranks[1]"),
+        ({"ranks": [{"cpu": [0]}]}, "ranks[0].cpu: unknown field (did you mean 'cpus'?)"),
+        ({"env": {"A=B": "1"}}, 'env.A=B: "A=B" is not an environment variable name'),
+        ({"env": {"A": [1]}}, "env.A: must be a string, a number, true/false or null (got a list)"),
+        (
+            {"launcher": {"cpu_dma_latency_us": -5}},
+            "launcher.cpu_dma_latency_us: must be a number of microseconds",
+        ),
+        (
+            {"launcher": {"memlock_soft": "lots"}},
+            'launcher.memlock_soft: must be "unlimited" or a number of bytes',
+        ),
+        ({"tf_data": [1]}, "tf_data: must be an object (got a list)"),
         ({"ranks": [{"cpus": [0], "numa_node": 63}]}, "NUMA node(s) 63 are not online here"),
         # Limits (nodeagent.core.limits): a profile is a few KiB of shallow JSON.
         ('{"env": {"PAD": "' + "x" * (2 << 20) + '"}}', "larger than 1 MiB (limit NODEAGENT_MAX_INPUT_MIB)"),

@@ -1,6 +1,6 @@
 """Baselines: a known-good node (or fleet) recorded once, and what differs from it now.
 
-`save` writes the values of one or several hosts (nodeagent.cluster.fleet.host_values: the facts
+`save` writes the values of one or several hosts (nodeagent.compare.fleet.host_values: the facts
 and the check findings, flattened into keys) as JSON; `load` reads it back; `compare` is pure and
 turns every difference into a WARN finding of check "baseline" (subject: the key, evidence: the
 value now, expected: the baseline's), or one OK finding when nothing differs.
@@ -16,7 +16,7 @@ Hardware lost is reported at the level the playbook gives it (`lost_hardware`, W
 The expected value of a key:
 - a baseline of one host: that host's value;
 - a fleet baseline: the value a strict majority of its hosts share, as the fleet comparison decides
-  it (nodeagent.cluster.fleet.compare: a host lacking the key counts as None). A key with no strict
+  it (nodeagent.compare.fleet.compare: a host lacking the key counts as None). A key with no strict
   majority (a fleet split in halves) sets no expectation and is not compared, and a key only one
   host of the fleet had is that host's own (an interface, a device path), as in the fleet view.
 
@@ -47,20 +47,20 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 import re
 import statistics
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Annotated, TypeGuard
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from nodeagent import __version__
-from nodeagent.cluster import fleet
-from nodeagent.cluster.fleet import Value
-from nodeagent.core import limits
+from nodeagent.compare import fleet
+from nodeagent.compare.fleet import Value
+from nodeagent.core import atomic, jsondoc
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 
@@ -129,12 +129,41 @@ class Baseline:
 # --- Saving and loading ----------------------------------------------------------------------------
 
 
-def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: str) -> None:
-    """Write the baseline: {version, nodeagent, recorded_at, source, hosts: {NAME: {key: value}}}.
+def _this_version(version: int) -> int:
+    if version != VERSION:
+        raise ValueError(f"is {version}, this nodeagent ({__version__}) reads version {VERSION}")
+    return version
 
-    Written to a temporary file beside `path`, synced, then renamed over it (os.replace, atomic on
-    POSIX): a gate reading the baseline sees the old one or the new one, never half of one.
-    """
+
+def _some_host(hosts: dict[str, dict[str, Value]]) -> dict[str, dict[str, Value]]:
+    if not hosts:
+        raise ValueError("names no host")
+    return hosts
+
+
+_Value = Annotated[Value, jsondoc.expect("a string, number, boolean or null")]
+
+
+class BaselineDocument(BaseModel):
+    """A baseline file: {version, nodeagent, recorded_at, source, hosts: {NAME: {key: value}}}.
+
+    Strict (a quoted number is not a number: it would never equal the node's value). Unknown
+    top-level fields are ignored: a later nodeagent may add one without changing what is compared,
+    and bumps VERSION when it does change that."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    version: Annotated[int, AfterValidator(_this_version)]
+    nodeagent: str = "?"
+    recorded_at: str = "?"
+    source: str = "?"
+    hosts: Annotated[dict[str, dict[str, _Value]], AfterValidator(_some_host)]
+
+
+def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: str) -> None:
+    """Write the baseline (BaselineDocument), replacing the file whole (nodeagent.core.atomic): a
+    gate reading the baseline sees the old one or the new one, never half of one. 0644: other
+    users' gates read it too."""
     if not values_by_host:
         raise UsageError(f"{path}: no host gave values; nothing to save as a baseline")
     doc = {
@@ -149,102 +178,30 @@ def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: 
         raise UsageError(f"{path}: is a directory; give the baseline file's name")
     if not path.parent.is_dir():
         raise UsageError(f"{path}: the folder {path.parent} does not exist; create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; other users' gates read the baseline too
-        os.replace(tmp, path)
+        # Some file systems refuse to sync a folder: the file itself is synced all the same.
+        atomic.write_atomic(path, text, mode=0o644, sync_folder=False)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"{path}: cannot write the baseline ({e.strerror or e})") from None
-    _sync_dir(path.parent)
-
-
-def _sync_dir(folder: Path) -> None:
-    # The rename is durable once the folder is synced (fsync(2), NOTES); some filesystems refuse.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load(path: Path) -> Baseline:
-    """Read a baseline; every problem is a UsageError of one line naming the file and field."""
-    again = f"record it again with `nodeagent baseline save {path}`"
+    """Read a baseline; every problem is a UsageError of one line naming the file, line and field."""
+    wording = jsondoc.Wording("nodeagent baseline", f"record it again with `nodeagent baseline save {path}`")
     try:
-        text = limits.read_input_file(path, "baseline").decode("utf-8")
+        doc = jsondoc.read_json(path, wording)
     except FileNotFoundError:
-        record = f"record one with `nodeagent baseline save {path}`"
-        raise UsageError(f"{path}: no such baseline; {record}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise UsageError(f"{path}: cannot read the baseline ({why}); {again}") from None
-    try:
-        doc = limits.loads_json(text)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{path}: line {e.lineno}: not JSON ({e.msg}); {again}") from None
-    except ValueError as e:  # nested too deeply
-        raise UsageError(f"{path}: not a nodeagent baseline: the JSON is {e}; {again}") from None
-    if not isinstance(doc, dict) or "hosts" not in doc:
-        raise UsageError(f"{path}: line 1: not a nodeagent baseline (no hosts); {again}")
-    version = doc.get("version")
-    if version != VERSION or isinstance(version, bool):
         raise UsageError(
-            f"{path}: line {_line_of(text, 'version')}: field version is {version!r}, this nodeagent "
-            f"({__version__}) reads version {VERSION}; {again}"
-        )
-    hosts = _hosts(doc["hosts"], path, text, again)
+            f"{path}: no such baseline; record one with `nodeagent baseline save {path}`"
+        ) from None
+    checked = doc.validate(BaselineDocument)
     return Baseline(
         path=path,
-        source=str(doc.get("source") or "?"),
-        recorded_at=str(doc.get("recorded_at") or "?"),
-        nodeagent=str(doc.get("nodeagent") or "?"),
-        hosts=hosts,
+        source=checked.source or "?",
+        recorded_at=checked.recorded_at or "?",
+        nodeagent=checked.nodeagent or "?",
+        hosts=checked.hosts,
     )
-
-
-def _hosts(raw: Any, path: Path, text: str, again: str) -> dict[str, dict[str, Value]]:
-    if not isinstance(raw, dict) or not raw:
-        what = "empty" if isinstance(raw, dict) else f"a {type(raw).__name__}"
-        raise UsageError(
-            f"{path}: line {_line_of(text, 'hosts')}: field hosts is {what}, expected an object of "
-            f"hosts; {again}"
-        )
-    hosts: dict[str, dict[str, Value]] = {}
-    for name, values in raw.items():
-        if not isinstance(values, dict):
-            raise UsageError(
-                f"{path}: line {_line_of(text, name)}: field hosts.{name} is a {type(values).__name__}, "
-                f"expected an object of values; {again}"
-            )
-        for key, value in values.items():
-            if value is not None and not isinstance(value, str | int | float | bool):
-                line = _line_of(text, key, after=name)
-                raise UsageError(
-                    f"{path}: line {line}: field hosts.{name}.{key} is a {type(value).__name__}, "
-                    f"expected a string, number, boolean or null; {again}"
-                )
-        hosts[str(name)] = values
-    return hosts
-
-
-def _line_of(text: str, name: str, after: str | None = None) -> int:
-    """The line of the first `"name":` (after the first `"after":`), 1 when not found."""
-    start = 0
-    if after is not None:
-        found = text.find(json.dumps(after) + ":")
-        start = max(found, 0)
-    at = text.find(json.dumps(name) + ":", start)
-    return text.count("\n", 0, at) + 1 if at >= 0 else 1
 
 
 # --- The reference ---------------------------------------------------------------------------------

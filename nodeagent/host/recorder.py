@@ -44,7 +44,7 @@ _ENV_KEEP = re.compile(
     rb"(?:(?:OMP_|KMP_|GOMP_|TF_|MKL_|OPENBLAS_|CUDA_|NCCL_|NVIDIA_|HOROVOD_)[^\0=]*"
     rb"|LOCAL_RANK|RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_NTASKS_PER_NODE"
     rb"|SLURM_(?:LOCALID|NTASKS|CPUS_ON_NODE|CPUS_PER_TASK|JOB_CPUS_PER_NODE)"
-    rb"|OMPI_COMM_WORLD_LOCAL_(?:RANK|SIZE)|MPI_LOCALNRANKS)"
+    rb"|OMPI_COMM_WORLD_LOCAL_(?:RANK|SIZE)|MPI_LOCALNRANKS|(?:ONEDNN|DNNL)_MAX_CPU_ISA)"
     rb"(?:=[^\0]*)?(?![^\0])"  # the value, to the item's end
 )
 _SECRET_ARG = re.compile(r"(?i)(pass(word)?|secret|token|api[_-]?key|credential|auth)")
@@ -170,19 +170,13 @@ def write_tar(rec: Recording, raw: IO[bytes], meta: Mapping[str, object]) -> Non
 
 
 def write(rec: Recording, output: Path, meta: Mapping[str, object]) -> None:
-    """Write the archive atomically: a reader never sees half a snapshot."""
-    import tempfile
+    """Write the archive atomically (nodeagent.core.atomic): a reader never sees half a snapshot.
+    0600: a recording holds what the node's files and commands showed."""
+    # Imported here: this module also runs on nodes (nodeagent.cluster.pull), where only the host
+    # modules are; archives are written on this machine only.
+    from nodeagent.core.atomic import write_atomic
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", suffix=".tar.gz", dir=output.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            write_tar(rec, raw, meta)
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(output, lambda raw: write_tar(rec, raw, meta), mode=0o600, make_folders=True)
 
 
 def metadata(

@@ -395,27 +395,14 @@ class LiveTree(Tree):
         return self._outer(posixpath.join(parent, posixpath.basename(path)))
 
     def put_file(self, path: str, text: str) -> None:
-        """Create or replace a whole file (mode 0644), missing folders created: a temporary file in
-        the same folder, fsynced, renamed over the target, the folder fsynced, so a crash leaves
-        the old file or the new one (rename(2) is atomic), never half of one."""
+        """Create or replace a whole file (mode 0644), missing folders created, so that a crash
+        leaves the old file or the new one, never half of one (nodeagent.core.atomic)."""
+        # Imported here: this module also runs on nodes (nodeagent.cluster.pull ships its source),
+        # where only the host modules are; files are put into trees on this machine only.
+        from nodeagent.core.atomic import write_atomic
+
         folder = self._outer(self._folder(posixpath.dirname(path) or "/"))
-        target = os.path.join(folder, posixpath.basename(path))
-        tmp = f"{target}.nodeagent-{os.getpid()}.tmp"
-        try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644), "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(os.path.join(folder, posixpath.basename(path)), text, mode=0o644)
 
     def remove_file(self, path: str) -> None:
         os.unlink(self._entry(path))

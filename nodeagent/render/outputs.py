@@ -11,19 +11,15 @@ engine's objects, so a document read back from a file, pulled from a remote agen
 over a fleet renders the same way. A fleet document (`{hosts: {NAME: ...}, drift, outliers}`)
 renders as one section (JUnit suite, Prometheus `host` label, Slurm line) per host.
 
-This module also holds what the renderers share: `host_runs` (the document as one view per host),
-`attention` (the findings that need someone to act), `xml_safe` (text any XML or HTML parser
-accepts). The renderers themselves are imported when used.
+The renderers are imported when used; what they share is nodeagent.render.runs (the document as one
+view per host) and nodeagent.render.escape (characters a renderer must not emit).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
-import re
-import secrets
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,14 +27,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nodeagent.core.atomic import write_atomic
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status
 
 FORMATS = ("json", "junit", "prometheus", "markdown", "html", "slurm", "text")
 STDOUT = "-"  # FORMAT:- writes to standard output
 SCHEMA_FILE = "report.schema.json"
 # Statuses someone has to act on, worst first (the order of nodeagent.core.finding.Status's ranks).
-ATTENTION = (Status.FAIL, Status.UNKNOWN, Status.WARN)
 
 
 @dataclass(frozen=True)
@@ -138,32 +133,29 @@ def write_outputs(specs: Sequence[OutputSpec], doc: Mapping[str, Any]) -> bool:
 
 
 def _write_atomically(spec: OutputSpec, text: str) -> None:
+    """`text` replaces the file (nodeagent.core.atomic) in the folder held open, with the mode of the
+    file it replaces (else what open() would give: node_exporter, another user, reads it); what is
+    at the target is looked at before writing and again just before the rename, and the file there
+    after it must be the one written."""
     assert spec.path is not None
     data = text.encode("utf-8", errors="backslashreplace")
-    name = spec.path.name
     folder = _open_folder(spec)
     try:
         before = _regular_or_absent(spec, folder)
         mode = stat.S_IMODE(before.st_mode) if before is not None else _new_file_mode()
-        fd, tmp = _create_temp(spec, folder)
         try:
-            try:
-                _write_all(fd, data)
-                os.fsync(fd)
-                # The temporary file is created 0600: node_exporter (another user) could not read it.
-                os.fchmod(fd, mode)
-                ours = os.fstat(fd)
-            finally:
-                os.close(fd)
-            # Looked at again just before the rename: what is there may have changed while writing.
-            _regular_or_absent(spec, folder)
-            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            ours = write_atomic(
+                spec.path.name,
+                data,
+                mode=mode,
+                folder_fd=folder,
+                before_replace=lambda: _regular_or_absent(spec, folder),
+                # The O_PATH handle cannot be synced, and a folder one may write but not read
+                # cannot be opened to sync it: the file itself is synced all the same.
+                sync_folder=False,
+            )
         except OSError as e:
-            _remove_quietly(tmp, folder)
             raise UsageError(f"{spec.where}: cannot write it ({e.strerror or e})") from None
-        except BaseException:
-            _remove_quietly(tmp, folder)
-            raise
         _check_replaced(spec, folder, ours)
     finally:
         os.close(folder)
@@ -228,31 +220,6 @@ def _not_a_file(spec: OutputSpec, st: os.stat_result) -> str:
     return f"is {kind}, not a regular file; give a file path, or {stdout}"
 
 
-def _create_temp(spec: OutputSpec, folder: int) -> tuple[int, str]:
-    """A new file beside the target, created exclusively (O_EXCL: never one that was there, never
-    through a link), 0600 until written."""
-    assert spec.path is not None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    base = spec.path.name[:200]  # the random part and suffix must fit in NAME_MAX (255)
-    for _ in range(100):
-        tmp = f".{base}.{secrets.token_hex(4)}.tmp"
-        try:
-            return os.open(tmp, flags, 0o600, dir_fd=folder), tmp
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise UsageError(
-                f"{spec.where}: cannot write in {spec.path.parent} ({e.strerror or e})"
-            ) from None
-    raise UsageError(f"{spec.where}: cannot create a temporary file in {spec.path.parent}")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def _check_replaced(spec: OutputSpec, folder: int, ours: os.stat_result) -> None:
     """After the rename the target must be the file just written: else something else wrote or
     linked there at the same moment, and the run must not claim it wrote the report."""
@@ -277,116 +244,8 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def _remove_quietly(name: str, folder: int) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(name, dir_fd=folder)
-
-
 def schema() -> dict[str, Any]:
     """The published JSON Schema (draft 2020-12) of the run document."""
     text = resources.files("nodeagent.render").joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
-
-
-# -- what the renderers share ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostRun:
-    """One host's part of a document: its checks and findings, or the error that kept it out."""
-
-    host: str
-    status: Status
-    started: float | None
-    duration_s: float | None
-    checks: list[Mapping[str, Any]]
-    findings: list[Mapping[str, Any]]
-    timed_out: frozenset[str]  # ids of the checks cut at a time limit or the run's budget
-    error: Mapping[str, Any] | None  # a fleet host that gave no result: {kind, message}
-    doc: Mapping[str, Any]  # the host's own document: playbook, budget_s, verdict, bench, facts
-
-    def findings_of(self, check_id: str) -> list[Mapping[str, Any]]:
-        return [f for f in self.findings if f.get("check_id") == check_id]
-
-
-def is_fleet(doc: Mapping[str, Any]) -> bool:
-    """A fleet document (nodeagent.cluster.report) rather than one host's run."""
-    return isinstance(doc.get("hosts"), Mapping) and "checks" not in doc
-
-
-def host_runs(doc: Mapping[str, Any]) -> list[HostRun]:
-    """The document as one view per host: itself for a run, each host's entry for a fleet."""
-    if is_fleet(doc):
-        return [_host_run(entry, str(name)) for name, entry in doc["hosts"].items()]
-    return [_host_run(doc, str(doc.get("host", "")))]
-
-
-def _host_run(doc: Mapping[str, Any], name: str) -> HostRun:
-    checks = [c for c in doc.get("checks") or [] if isinstance(c, Mapping)]
-    cut = {str(c) for c in doc.get("timed_out") or []}
-    cut |= {str(c.get("id")) for c in checks if c.get("timed_out")}
-    error = doc.get("error")
-    return HostRun(
-        host=name,
-        status=status_of(doc.get("status")),
-        started=number(doc.get("started")),
-        duration_s=number(doc.get("duration_s")),
-        checks=checks,
-        findings=[f for f in doc.get("findings") or [] if isinstance(f, Mapping)],
-        timed_out=frozenset(cut),
-        error=error if isinstance(error, Mapping) else None,
-        doc=doc,
-    )
-
-
-def status_of(value: Any) -> Status:
-    """A status word from a document; UNKNOWN for anything else (a newer remote agent's word must
-    not crash an output, nor pass for OK)."""
-    try:
-        return Status(value)
-    except ValueError:
-        return Status.UNKNOWN
-
-
-def number(value: Any) -> float | None:
-    """A finite number from a document, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def attention(findings: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The findings at FAIL, UNKNOWN or WARN, worst first (stable within a status)."""
-    keep = [f for f in findings if status_of(f.get("status")) in ATTENTION]
-    return sorted(keep, key=lambda f: -status_of(f.get("status")).rank)
-
-
-def label(finding: Mapping[str, Any]) -> str:
-    """`check/subject` (or the check alone), as the terminal table names a finding."""
-    subject = str(finding.get("subject") or "").strip()  # a blank subject is none
-    check = str(finding.get("check_id") or "")
-    return f"{check}/{subject}" if subject else check
-
-
-def evidence(finding: Mapping[str, Any]) -> list[tuple[str, str]]:
-    raw = finding.get("evidence")
-    return [(str(k), str(v)) for k, v in raw.items()] if isinstance(raw, Mapping) else []
-
-
-# XML 1.0's Char production (https://www.w3.org/TR/xml/#charsets): everything else (NUL, most C0
-# controls, lone surrogates, U+FFFE/U+FFFF) makes the document unparsable, escaped or not.
-_NOT_XML_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def xml_safe(text: str) -> str:
-    """`text` with characters XML 1.0 cannot carry shown as `\\xNN` (`\\uNNNN`), so evidence such as
-    a terminal escape stays visible instead of breaking the file."""
-    return _NOT_XML_CHAR.sub(escape_char, text)
-
-
-def escape_char(m: re.Match[str]) -> str:
-    """One matched character as `\\xNN` (`\\uNNNN` above 0xff): how every renderer shows a
-    character it must not emit."""
-    code = ord(m.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -18,68 +18,99 @@ import errno
 import json
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, ConfigDict, StrictInt, StrictStr, TypeAdapter
+from pydantic.dataclasses import dataclass
+
+from nodeagent.core import jsondoc, limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning.state import StateDiskError, lock, state_dir, write_atomic
 
 APPLYING, APPLIED, ROLLED_BACK, REVERTED = "applying", "applied", "rolled-back", "reverted"
+STATES = (APPLYING, APPLIED, ROLLED_BACK, REVERTED)
+
+# The journal's model: pydantic dataclasses, so code builds them as before (positionally) and the
+# file is checked against the same types. Their fields are strict one by one (StrictStr: a number
+# is not text) rather than through the config: a strict dataclass accepts only instances of
+# itself, never the JSON object it is read from. Unknown fields are refused: a journal is what
+# revert restores, and a field this nodeagent does not know is something it would not restore.
+_CONFIG = ConfigDict(extra="forbid")
 
 
-@dataclass
+def _known_state(state: str) -> str:
+    if state not in STATES:
+        raise ValueError(f"{json.dumps(state)} is not a journal state; one of {', '.join(STATES)}")
+    return state
+
+
+State = Annotated[StrictStr, AfterValidator(_known_state)]
+
+
+@dataclass(config=_CONFIG)
 class JournalWrite:
-    path: str
-    before: str
-    after: str
-    tuner: str
+    path: StrictStr
+    before: StrictStr
+    after: StrictStr
+    tuner: StrictStr
     # What the file held right after the write when that is not `after` (the kernel gave fewer huge
     # pages than asked): revert takes that value as the apply's own too, not as someone else's.
-    got: str | None = None
+    got: StrictStr | None = None
 
 
-@dataclass
+@dataclass(config=_CONFIG)
 class JournalFile:
     """A whole file nodeagent replaced: its previous content, None when it was absent (revert then
     removes it). In `files`, a file of this machine's state folder (a profile); in `host_files`, a
     file of the tuned host, written and restored through the Host (--persist: /etc/sysctl.d, TuneD)."""
 
-    path: str
-    before: str | None
+    path: StrictStr
+    before: StrictStr | None
     # What nodeagent wrote, so that revert leaves alone a file someone changed since; None in older
     # journals (then it is not checked).
-    after: str | None = None
+    after: StrictStr | None = None
 
 
-@dataclass
+@dataclass(config=_CONFIG)
 class Journal:
-    id: str
-    host: dict[
-        str, str
-    ]  # how to reopen the host on revert: {"kind": "local"} or {"kind": "snapshot", "source": ...}
-    created: str
-    state: str
+    id: StrictStr
+    # How to reopen the host on revert: {"kind": "local"} or {"kind": "snapshot", "source": ...}.
+    host: dict[StrictStr, StrictStr]
+    created: StrictStr
+    state: State
     writes: list[JournalWrite] = field(default_factory=list)
     files: list[JournalFile] = field(default_factory=list)
-    profile: str | None = None
+    profile: StrictStr | None = None
     host_files: list[JournalFile] = field(default_factory=list)
     # Folders of the host an apply created for its host_files; revert removes them when empty.
-    host_dirs: list[str] = field(default_factory=list)
+    host_dirs: list[StrictStr] = field(default_factory=list)
     # Nanoseconds since the epoch: orders journals of the same second (ids and `created` have whole
     # seconds), so `revert --all` undoes two quick applies newest first. 0 in older journals.
-    created_ns: int = 0
+    created_ns: StrictInt = 0
     # The order of applies on this machine (1, 2, ...: <state>/sequence, taken under the state
     # lock): what `revert --all` goes by, newest first. 0 in journals older than it.
-    seq: int = 0
+    seq: StrictInt = 0
+    # Where the journal is kept: not part of the document (`load` refuses a "path" field in it).
     path: Path = field(default=Path(), repr=False)
 
     def save(self) -> None:
-        doc = {k: v for k, v in asdict(self).items() if k != "path"}
-        write_atomic(self.path, json.dumps(doc, indent=2) + "\n")
+        write_atomic(self.path, json.dumps(self.document(), indent=2) + "\n")
+
+    def document(self) -> dict[str, Any]:
+        """What the journal file holds."""
+        return {k: v for k, v in asdict(self).items() if k != "path"}
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "path"} | {"file": str(self.path)}
+        return self.document() | {"file": str(self.path)}
+
+
+_DOCUMENT = TypeAdapter(Journal)
+# The defaults of `writes` and `files` serve code that builds a journal; every journal file has
+# held both lists, and one without them is damaged (reverting it would restore nothing).
+_REQUIRED_IN_FILE = ("writes", "files")
+_WORDING = jsondoc.Wording("nodeagent journal", "move it aside")
 
 
 def journal_dir(base: Path | None = None) -> Path:
@@ -116,7 +147,7 @@ def _next_seq(base: Path) -> int:
     folder = journal_dir(base)
     for p in folder.glob("*.json") if folder.is_dir() else []:
         try:
-            last = max(last, int(json.loads(p.read_text()).get("seq", 0)))
+            last = max(last, int(limits.loads_json(p.read_text()).get("seq", 0)))
         except (OSError, ValueError, TypeError, AttributeError):
             continue
     write_atomic(counter, f"{last + 1}\n")
@@ -165,25 +196,23 @@ def _create(
 
 
 def load(path: Path) -> Journal:
+    """The journal at `path`, checked against Journal; every problem is one UsageError line naming
+    the file, the line and the field. Not capped in size: a journal holds the old contents of the
+    files an apply replaced, and refusing a large one would leave them unrestorable."""
     try:
-        doc = json.loads(path.read_text())
-        return Journal(
-            id=doc["id"],
-            host=doc["host"],
-            created=doc["created"],
-            state=doc["state"],
-            writes=[JournalWrite(**w) for w in doc["writes"]],
-            files=[JournalFile(**f) for f in doc["files"]],
-            profile=doc.get("profile"),
-            # Journals written before --persist existed have neither.
-            host_files=[JournalFile(**f) for f in doc.get("host_files", [])],
-            host_dirs=list(doc.get("host_dirs", [])),
-            created_ns=int(doc.get("created_ns", 0)),
-            seq=int(doc.get("seq", 0)),
-            path=path,
-        )
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"{path}: not a readable nodeagent journal ({e}); move it aside") from None
+        doc = jsondoc.read_json(path, _WORDING, capped=False)
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: no such journal (removed meanwhile?); list them with `nodeagent revert --list`"
+        ) from None
+    for key in _REQUIRED_IN_FILE:
+        if key not in doc.data:
+            doc.fail((key,), "is required")
+    if "path" in doc.data:
+        doc.fail(("path",), "unknown field (a journal's place is its file's)")
+    journal = doc.validate(_DOCUMENT)
+    journal.path = path
+    return journal
 
 
 def all_journals(base: Path | None = None) -> list[Journal]:

@@ -19,12 +19,12 @@ import fcntl
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from nodeagent.core import atomic
 from nodeagent.core.errors import UsageError
 
 STATE_ENV = "NODEAGENT_STATE_DIR"
@@ -40,27 +40,11 @@ def state_dir() -> Path:
 
 
 def write_atomic(path: Path, data: str) -> None:
-    """Replace `path` with `data` so that a crash leaves the old file or the new one, never half.
-
-    Write a temporary file in the same folder, fsync it, rename it over the target, then fsync the
-    folder so the rename itself is on disk (rename(2) is atomic; durability needs both fsyncs).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace the state file `path` with `data` so that a crash leaves the old file or the new one,
+    never half (nodeagent.core.atomic), its folders created. State files are 0600: journals hold
+    the old contents of the files an apply replaced. OSError is left to the caller (ENOSPC, EIO:
+    StateDiskError there)."""
+    atomic.write_atomic(path, data, mode=0o600, make_folders=True)
 
 
 # -- one apply or revert at a time -------------------------------------------------------------------
@@ -73,9 +57,11 @@ EX_IOERR = 74  # sysexits.h: an I/O error (the state disk is full or failing)
 # An apply refuses to start with less free space than this in the state folder: a journal and a
 # profile are a few KiB each, so this leaves them ample room and leaves the disk's last MiB alone.
 MIN_FREE_BYTES = 1 << 20
-# The temporary files of write_atomic (".NAME." and mkstemp's 8 random characters) that a
-# killed save leaves behind; removed by the next apply or revert, under the lock.
-_TEMP = re.compile(r"^\.(?:[^/]+\.json|sequence)\.[a-z0-9_]{8}$")
+# The temporary files a killed save leaves behind, removed by the next apply or revert under the
+# lock: write_atomic's (nodeagent.core.atomic.TEMP_NAME) of a state file, and those of versions
+# that wrote through tempfile.mkstemp (".NAME." and 8 random characters).
+_STATE_FILE = re.compile(r"^(?:[^/]+\.json|sequence)$")
+_MKSTEMP_TEMP = re.compile(r"^\.(?:[^/]+\.json|sequence)\.[a-z0-9_]{8}$")
 
 
 class LockBusy(UsageError):
@@ -154,11 +140,18 @@ def clean_temp_files(folder: Path) -> list[Path]:
     for d in (folder, folder / "journal", folder / "profiles"):
         with contextlib.suppress(OSError):
             for p in d.iterdir():
-                if _TEMP.match(p.name) and p.is_file() and not p.is_symlink():
+                if _is_temp(p.name) and p.is_file() and not p.is_symlink():
                     with contextlib.suppress(OSError):
                         p.unlink()
                         removed.append(p)
     return removed
+
+
+def _is_temp(name: str) -> bool:
+    target = atomic.temp_target(name)
+    return (target is not None and _STATE_FILE.match(target) is not None) or (
+        _MKSTEMP_TEMP.match(name) is not None
+    )
 
 
 @contextlib.contextmanager
