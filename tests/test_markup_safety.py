@@ -1,4 +1,4 @@
-"""Text from machines is data, never markup (issue 14, item 3).
+"""Text from machines is data, never markup.
 
 A value recorded on a node (a sysctl, a cpuidle driver, a host name, an evidence key, a summary)
 holding rich markup (`[/]`, `[bold red]x[/]`, `[link=file:///etc/shadow]x[/link]`), an emoji code
@@ -22,10 +22,11 @@ from xml.etree import ElementTree
 import pytest
 from rich.console import Console
 
-from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier, render_table
+from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
 from nodeagent.render import markdown, table
+from nodeagent.render.fleet import render_table
 from nodeagent.render.literal import lit, shown
 from tests.tui_driver import drive, settle, text_of
 from tests.tui_fakes import FakeBackend
@@ -181,8 +182,12 @@ def test_report_merge_every_format(hostile_tree: Path, tmp_path: Path) -> None:
 
 def test_markdown_table_cells_escape_pipes() -> None:
     doc = {
+        "schema": 1,
+        "nodeagent": "0.1.0",
         "host": f"h|{BOLD}",
         "status": "WARN",
+        "started": 1_700_000_000.0,
+        "duration_s": 0.1,
         "checks": [{"id": "a|b", "title": f"t|{CLOSE}", "status": "WARN", "duration_s": 0.1}],
         "findings": [hostile_finding().to_dict()],
     }

@@ -22,6 +22,17 @@ from tests.helpers import SYSFS_FIXTURES
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 HWLOC_TREES = ("16amd64-8n2c", "2arm-2c", "nvidiagpunumanodes")
 SWAPPINESS = "check.kernel.vm.swappiness./proc/sys/vm/swappiness"
+# A finding with every field but its status.
+FINDING: dict[str, Any] = {
+    "check_id": "x",
+    "host": "node1",
+    "subject": "",
+    "summary": "s",
+    "evidence": {},
+    "expected": "",
+    "remediation": "",
+    "fix": None,
+}
 
 
 def check_report(root: Path, out: Path) -> dict[str, Any]:
@@ -132,10 +143,13 @@ def test_a_corrupt_file_is_that_hosts_error(tmp_path: Path, fleet_dir: Path) -> 
     [
         ({"schema": 2}, "field schema is 2"),
         ({"host": ""}, "field host is ''"),
-        ({"findings": {"a": 1}}, "field findings is a dict"),
-        ({"findings": ["oops"]}, "findings[0]: a str"),
-        ({"findings": [{"check_id": "x", "summary": "s"}]}, "findings[0]: no status"),
-        ({"findings": [{"check_id": "x", "summary": "s", "status": "BAD"}]}, "status 'BAD' is none of"),
+        ({"findings": {"a": 1}}, "findings: must be a list (got an object)"),
+        ({"findings": ["oops"]}, 'findings[0]: must be an object (got "oops")'),
+        ({"findings": [FINDING]}, "findings[0].status: is required"),
+        (
+            {"findings": [FINDING | {"status": "BAD"}]},
+            "findings[0].status: must be 'SKIPPED', 'OK', 'WARN', 'UNKNOWN' or 'FAIL' (got \"BAD\")",
+        ),
     ],
 )
 def test_a_malformed_report_is_an_error_entry(

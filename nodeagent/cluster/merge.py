@@ -11,13 +11,20 @@ same FleetReport.
 The files are data written by many nodes at many moments, so none of them can stop the merge:
 - a directory argument means every `*.json` in it (hidden files, such as the temporary files an
   atomic write renames into place, are left out);
-- a file that cannot be read, is not JSON, or is not one node's report (no "schema", "host" or
-  "findings", a finding without check_id, status or summary, another schema version, a merged
-  fleet report) becomes an error of kind "unreadable report" for the host named by the file (its
-  name without ".json": the prolog writes NODE.json), which counts as FAIL like an unreachable
-  host: a gate must not pass a node whose result it could not read;
+- a file that cannot be read, is not JSON, or is not one node's report becomes an error of kind
+  "unreadable report" for the host named by the file (its name without ".json": the prolog writes
+  NODE.json), which counts as FAIL like an unreachable host: a gate must not pass a node whose
+  result it could not read. Not a report: no "schema", "host" or "findings" (foreign JSON),
+  another schema version, a merged fleet report, a blank host, or anything the report's model
+  (nodeagent.api.report.SavedReport) refuses, named by its line and field (`node7.json:40:
+  findings[2].status: must be ...`);
 - two reports of the same host: the newest ("started", else the file's modification time) is kept,
   and a note names the others; a readable report beats an unreadable file of the same name.
+
+Each host's document is passed on as the node wrote it, with `report_file` added and `started` as a
+number (or left out when the report has none): the model decides what is read, the document stays
+the node's (a field of a newer nodeagent, an integer, a file name that is not UTF-8 all pass through
+unchanged).
 
 Notes are in the report's JSON as `notes` (FleetReport.extra).
 """
@@ -32,47 +39,39 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from nodeagent.api.report import SCHEMA_VERSION, DocumentError, SavedReport, parse_saved_report
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import HostError
 from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status
-from nodeagent.render.jsonout import SCHEMA_VERSION
+from nodeagent.core.jsondoc import line_at
 
 UNREADABLE = "unreadable report"
-REQUIRED_FIELDS = ("schema", "host", "findings")
-FINDING_FIELDS = ("check_id", "status", "summary")
+REQUIRED_FIELDS = ("schema", "host", "findings")  # what makes a JSON object a report at all
 
 
 @dataclass(frozen=True)
 class _Read:
-    """One file: the report it holds, or why it holds none."""
+    """One file: the report it holds (validated, and as written), or why it holds none."""
 
     path: Path
-    doc: dict[str, Any] | None
+    report: SavedReport | None
+    written: Mapping[str, Any] | None = None
     problem: str = ""
     mtime: float = 0.0
 
     @property
     def host(self) -> str:
-        if self.doc is not None:
-            return str(self.doc["host"])
+        if self.report is not None:
+            return self.report.host
         return self.path.name.removesuffix(".json")
 
     @property
     def started(self) -> float:
         """When the run started (seconds since the epoch): the report's own time, else the file's."""
-        value = (self.doc or {}).get("started")
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                when = datetime.fromisoformat(value)
-            except ValueError:
-                return self.mtime
-            return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
-        return self.mtime
+        started = self.report.started if self.report is not None else None
+        return started if started is not None and math.isfinite(started) else self.mtime
 
 
 def merge_reports(paths: Sequence[Path]) -> FleetReport:
@@ -116,25 +115,38 @@ def _read(path: Path) -> _Read:
         # A node's report: no larger than what a node may send over SSH (NODEAGENT_MAX_STDOUT_MIB).
         text = limits.read_input_file(path, "report", "NODEAGENT_MAX_STDOUT_MIB").decode("utf-8")
     except UsageError as e:
-        return _Read(path, None, str(e))
+        return _Read(path, None, problem=str(e))
     except OSError as e:
-        return _Read(path, None, f"{path}: cannot read it ({e.strerror or e})")
+        return _Read(path, None, problem=f"{path}: cannot read it ({e.strerror or e})")
     except UnicodeDecodeError as e:
-        return _Read(path, None, f"{path}: byte {e.start}: not UTF-8 text", mtime)
+        return _Read(path, None, problem=f"{path}: byte {e.start}: not UTF-8 text", mtime=mtime)
     try:
         doc = limits.loads_json(text)
     except json.JSONDecodeError as e:
-        return _Read(path, None, f"{path}: line {e.lineno}: not JSON ({e.msg})", mtime)
+        return _Read(path, None, problem=f"{path}: line {e.lineno}: not JSON ({e.msg})", mtime=mtime)
     except ValueError as e:  # nested too deeply
-        return _Read(path, None, f"{path}: not a nodeagent report: the JSON is {e}", mtime)
-    problem = _problem(doc)
+        return _Read(path, None, problem=f"{path}: not a nodeagent report: the JSON is {e}", mtime=mtime)
+    problem = _not_a_report(doc)
     if problem:
-        return _Read(path, None, f"{path}: {problem}", mtime)
-    return _Read(path, doc, "", mtime)
+        return _Read(path, None, problem=f"{path}: {problem}", mtime=mtime)
+    try:
+        report = parse_saved_report(doc, str(path))
+    except DocumentError as e:  # named by the line that wrote the field, as for any JSON file
+        return _Read(path, None, problem=f"{path}:{line_at(text, e.loc)}: {e.field_problem}", mtime=mtime)
+    if not report.host.strip():
+        return _Read(
+            path,
+            None,
+            problem=f"{path}: field host is {report.host!r}, expected the node's name",
+            mtime=mtime,
+        )
+    return _Read(path, report, doc, mtime=mtime)
 
 
-def _problem(doc: Any) -> str:
-    """Why `doc` is not one node's report ("" when it is one)."""
+def _not_a_report(doc: Any) -> str:
+    """Why `doc` is no node's report at all, before its fields are looked at ("" when it may be one):
+    foreign JSON, a fleet's report, or another version of the document, whose fields may differ
+    anywhere (its version is what to tell, not the first field that differs)."""
     if not isinstance(doc, dict):
         return f"not a nodeagent report (a JSON {type(doc).__name__}, not an object)"
     if "host" not in doc and isinstance(doc.get("hosts"), Mapping):
@@ -150,25 +162,6 @@ def _problem(doc: Any) -> str:
             f"field schema is {doc['schema']!r}, this nodeagent reads schema {SCHEMA_VERSION}; "
             "merge with the nodeagent version that wrote it"
         )
-    if not isinstance(doc["host"], str) or not doc["host"].strip():
-        return f"field host is {doc['host']!r}, expected the node's name"
-    if not isinstance(doc["findings"], list):
-        return f"field findings is a {type(doc['findings']).__name__}, expected a list"
-    for i, finding in enumerate(doc["findings"]):
-        bad = _finding_problem(finding)
-        if bad:
-            return f"findings[{i}]: {bad}"
-    return ""
-
-
-def _finding_problem(finding: Any) -> str:
-    if not isinstance(finding, dict):
-        return f"a {type(finding).__name__}, expected an object"
-    missing = [f for f in FINDING_FIELDS if not isinstance(finding.get(f), str)]
-    if missing:
-        return f"no {', '.join(missing)}"
-    if finding["status"] not in {s.value for s in Status}:
-        return f"status {finding['status']!r} is none of {', '.join(s.value for s in Status)}"
     return ""
 
 
@@ -180,14 +173,14 @@ def _one_per_host(reads: Sequence[_Read]) -> tuple[dict[str, _Read], list[str]]:
     chosen: dict[str, _Read] = {}
     notes: list[str] = []
     for host, group in groups.items():
-        readable = sorted((r for r in group if r.doc is not None), key=lambda r: r.started, reverse=True)
+        readable = sorted((r for r in group if r.report is not None), key=lambda r: r.started, reverse=True)
         kept = readable[0] if readable else group[0]
         chosen[host] = kept
         others = [r for r in group if r is not kept]
         if not others:
             continue
         left = ", ".join(str(r.path) for r in others)
-        if kept.doc is None:
+        if kept.report is None:
             notes.append(f"{host}: {len(group)} unreadable files; reported {kept.path}, left out {left}")
         else:
             when = datetime.fromtimestamp(kept.started, timezone.utc).isoformat(timespec="seconds")
@@ -199,20 +192,11 @@ def _one_per_host(reads: Sequence[_Read]) -> tuple[dict[str, _Read], list[str]]:
 
 
 def _outcome(r: _Read) -> HostOutcome:
-    if r.doc is None:
+    if r.report is None or r.written is None:
         return HostOutcome(r.host, "", error=HostError(UNREADABLE, r.problem))
-    doc = dict(r.doc)
-    facts = doc.pop("facts", None)
+    doc = {key: value for key, value in r.written.items() if key != "facts"}
+    started = r.report.started
+    if started is not None:  # written as a number, also when the node wrote a date
+        doc["started"] = started
     doc["report_file"] = str(r.path)
-    return HostOutcome(
-        r.host,
-        "",
-        doc=doc,
-        facts=facts if isinstance(facts, dict) else None,
-        duration_s=_seconds(doc.get("duration_s")),
-    )
-
-
-def _seconds(value: Any) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    return float(value) if ok else 0.0
+    return HostOutcome(r.host, "", doc=doc, facts=r.report.facts, duration_s=r.report.duration_s)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nodeagent import __version__
-from nodeagent.engine import Report
+from nodeagent.api.schema import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:
+    from nodeagent.engine import Report
+
+__all__ = ["SCHEMA_VERSION", "document", "dumps", "report"]
 
 
 def document(doc: dict[str, Any]) -> dict[str, Any]:
-    """`doc` with the schema version and nodeagent's version first (nodeagent/render/report.schema.json)."""
+    """`doc` with the schema version and nodeagent's version first (the contract is
+    nodeagent.api.report; its JSON Schema nodeagent/render/report.schema.json)."""
     return {"schema": SCHEMA_VERSION, "nodeagent": __version__, **doc}
 
 

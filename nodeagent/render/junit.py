@@ -33,27 +33,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from nodeagent import __version__
+from nodeagent.api.report import Bench, CheckRun, Document, Finding, HostError
 from nodeagent.core.finding import Status
-from nodeagent.render.outputs import (
-    HostRun,
-    attention,
-    evidence,
-    host_runs,
-    label,
-    number,
-    status_of,
-    xml_safe,
-)
+from nodeagent.render.escape import xml_safe
+from nodeagent.render.runs import HostRun, attention, document, finite, host_runs, label
 
 MAX_MESSAGE = 300  # a `message` attribute is a one-line headline; the body has everything
 
 
-def junit(doc: Mapping[str, Any], warn_as_failure: bool = False) -> str:
+def junit(doc: Mapping[str, Any] | Document, warn_as_failure: bool = False) -> str:
     """The document as a JUnit XML report (see the module docstring)."""
     root = ET.Element("testsuites", name="nodeagent")
     totals = {"tests": 0, "failures": 0, "errors": 0}
     time_s = 0.0
-    for run in host_runs(doc):
+    for run in host_runs(document(doc)):
         suite = _suite(run, warn_as_failure)
         root.append(suite)
         for key in totals:
@@ -76,8 +69,9 @@ def _suite(run: HostRun, warn_as_failure: bool) -> ET.Element:
     _properties(suite, run)
     cases = [_case(run, check, warn_as_failure) for check in run.checks]
     if run.error is not None:
-        cases.append(_unreachable(run))
-    cases += _bench_cases(run.doc.get("bench"))
+        cases.append(_unreachable(run.error))
+    if run.bench is not None:
+        cases += _bench_cases(run.bench)
     suite.extend(cases)
     suite.set("tests", str(len(cases)))
     suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
@@ -87,46 +81,44 @@ def _suite(run: HostRun, warn_as_failure: bool) -> ET.Element:
 
 
 def _properties(suite: ET.Element, run: HostRun) -> None:
-    doc = run.doc
     props: list[tuple[str, Any]] = [
-        ("nodeagent.version", doc.get("nodeagent") or __version__),
+        ("nodeagent.version", run.nodeagent or __version__),
         ("status", run.status.value),
-        ("playbook", doc.get("playbook")),
-        ("budget_s", doc.get("budget_s")),
+        ("playbook", run.playbook),
+        ("budget_s", run.budget_s),
         ("timed_out", ", ".join(sorted(run.timed_out)) or None),
     ]
-    verdict = doc.get("verdict")
-    if isinstance(verdict, Mapping):
+    if run.verdict is not None:
         props += [
-            ("verdict.allowed", str(bool(verdict.get("allowed"))).lower()),
-            ("verdict.fail_on", verdict.get("fail_on")),
-            ("verdict.reason", verdict.get("reason")),
+            ("verdict.allowed", str(run.verdict.allowed).lower()),
+            ("verdict.fail_on", run.verdict.fail_on),
+            ("verdict.reason", run.verdict.reason),
         ]
     if run.error is not None:
-        props.append(("address", doc.get("address")))
+        props.append(("address", run.address))
     element = ET.SubElement(suite, "properties")
     for name, value in props:
         if value is not None:
             ET.SubElement(element, "property", name=name, value=_text(str(value)))
 
 
-def _case(run: HostRun, check: Mapping[str, Any], warn_as_failure: bool) -> ET.Element:
-    cid = str(check.get("id", ""))
+def _case(run: HostRun, check: CheckRun, warn_as_failure: bool) -> ET.Element:
+    cid = check.id
     case = ET.Element("testcase", name=_text(cid), classname=_text(f"nodeagent.{cid}"))
-    case.set("time", _seconds(number(check.get("duration_s")) or 0.0))
-    status = status_of(check.get("status"))
+    case.set("time", _seconds(finite(check.duration_s) or 0.0))
+    status = check.status
     findings = run.findings_of(cid)
     needing = attention(findings)
     body = "\n\n".join(_details(f) for f in needing)
     if cid in run.timed_out:
-        cut = needing[0].get("summary") if needing else f"{cid} was cut at a time limit"
-        _child(case, "error", "timeout", str(cut), body)
+        cut = needing[0].summary if needing else f"{cid} was cut at a time limit"
+        _child(case, "error", "timeout", cut, body)
     elif status is Status.FAIL or (status is Status.WARN and warn_as_failure):
         _child(case, "failure", status.value, _headline(needing), body)
     elif status is Status.UNKNOWN:
         _child(case, "error", status.value, _headline(needing), body)
     elif status is Status.SKIPPED:
-        why = "; ".join(str(f.get("summary", "")) for f in findings) or "skipped"
+        why = "; ".join(f.summary for f in findings) or "skipped"
         skipped = ET.SubElement(case, "skipped", message=_text(_clip(why)))
         skipped.text = _text(why) if len(why) > MAX_MESSAGE else None
     elif status is Status.WARN:
@@ -134,59 +126,48 @@ def _case(run: HostRun, check: Mapping[str, Any], warn_as_failure: bool) -> ET.E
     return case
 
 
-def _headline(needing: list[Mapping[str, Any]]) -> str:
+def _headline(needing: list[Finding]) -> str:
     if not needing:
         return "no finding says why"
     first = needing[0]
     more = f" (+{len(needing) - 1} more)" if len(needing) > 1 else ""
-    return f"{label(first)}: {first.get('summary', '')}{more}"
+    return f"{label(first)}: {first.summary}{more}"
 
 
-def _details(f: Mapping[str, Any]) -> str:
+def _details(f: Finding) -> str:
     """One finding as the terminal table's details: status, what, seen, expected, fix, tuner."""
-    lines = [f"{f.get('status')} {label(f)}: {f.get('summary', '')}"]
-    lines += [f"  seen      {where} = {value}" for where, value in evidence(f)]
-    if f.get("expected"):
-        lines.append(f"  expected  {f['expected']}")
-    if f.get("remediation"):
-        lines.append(f"  fix       {f['remediation']}")
-    if f.get("fix"):
-        lines.append(f"  tuner     {f['fix']}")
+    lines = [f"{f.status.value} {label(f)}: {f.summary}"]
+    lines += [f"  seen      {where} = {value}" for where, value in f.evidence.items()]
+    if f.expected:
+        lines.append(f"  expected  {f.expected}")
+    if f.remediation:
+        lines.append(f"  fix       {f.remediation}")
+    if f.fix:
+        lines.append(f"  tuner     {f.fix}")
     return "\n".join(lines)
 
 
-def _unreachable(run: HostRun) -> ET.Element:
+def _unreachable(error: HostError) -> ET.Element:
     case = ET.Element("testcase", name="reach", classname="nodeagent.reach", time="0")
-    error = run.error or {}
-    message = str(error.get("message", "no result"))
-    _child(case, "error", str(error.get("kind", "error")), message, message)
+    _child(case, "error", error.kind, error.message, error.message)
     return case
 
 
-def _bench_cases(bench: Any) -> list[ET.Element]:
-    if not isinstance(bench, Mapping) or not isinstance(bench.get("configs"), Mapping):
-        return []
+def _bench_cases(bench: Bench) -> list[ET.Element]:
     cases = []
-    for name, config in bench["configs"].items():
-        if not isinstance(config, Mapping):
-            continue
-        case = ET.Element("testcase", name=_text(str(name)), classname="nodeagent.bench", time="0")
-        reason = str(config.get("reason") or config.get("diagnosis") or "")
-        if config.get("status") == "failed":
-            _child(
-                case,
-                "failure",
-                "failed",
-                reason or "the configuration failed",
-                str(config.get("stderr_tail", "")),
-            )
-        elif config.get("status") == "skipped":
+    for name, config in bench.configs.items():
+        case = ET.Element("testcase", name=_text(name), classname="nodeagent.bench", time="0")
+        reason = config.reason or config.diagnosis or ""
+        if config.status == "failed":
+            _child(case, "failure", "failed", reason or "the configuration failed", config.stderr_tail or "")
+        elif config.status == "skipped":
             ET.SubElement(case, "skipped", message=_text(_clip(reason or "skipped")))
-        rate = config.get("images_per_s")
-        if isinstance(rate, Mapping) and number(rate.get("median")) is not None:
-            ci = rate.get("ci95")
-            interval = f", 95% interval {ci[0]} - {ci[1]}" if isinstance(ci, list) and len(ci) == 2 else ""
-            ET.SubElement(case, "system-out").text = _text(f"images/s: median {rate['median']}{interval}")
+        rate = config.images_per_s
+        if rate is not None and finite(rate.median) is not None:
+            low, high = rate.ci95
+            ET.SubElement(case, "system-out").text = _text(
+                f"images/s: median {rate.median}, 95% interval {low} - {high}"
+            )
         cases.append(case)
     return cases
 

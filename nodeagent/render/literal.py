@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.text import Text
 
-from nodeagent.render.outputs import escape_char
+from nodeagent.render.escape import escape_char
 
 # C0 controls but tab and newline, DEL and the C1 controls (a terminal takes 0x9b as CSI), lone
 # surrogates, the bidirectional embeddings/overrides/isolates, and the two XML non-characters.

@@ -7,7 +7,7 @@ document has them. A fleet document gives one such section per host.
 
 Text from the node (evidence is whatever a file or command said) is escaped for each format:
 Markdown's punctuation is backslash-escaped and evidence goes in code spans; HTML goes through
-`html.escape`; characters XML cannot carry are shown as `\\xNN` (outputs.xml_safe). The HTML page
+`html.escape`; characters XML cannot carry are shown as `\\xNN` (escape.xml_safe). The HTML page
 is self-contained (a small inline style, no script, no external resource).
 """
 
@@ -17,23 +17,15 @@ import html as htmllib
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from nodeagent import __version__
+from nodeagent.api.report import Bench, Document, Finding, FleetDocument
 from nodeagent.core.finding import WORST_FIRST, Status
-from nodeagent.render.outputs import (
-    HostRun,
-    attention,
-    evidence,
-    host_runs,
-    is_fleet,
-    label,
-    number,
-    status_of,
-    xml_safe,
-)
+from nodeagent.render.escape import xml_safe
+from nodeagent.render.runs import HostRun, attention, document, finite, host_runs, label
 
 # -- the structure both formats are written from ----------------------------------------------------
 
@@ -77,87 +69,73 @@ def plain(text: str) -> Inline:
     return (Span(text),)
 
 
-def blocks(doc: Mapping[str, Any]) -> list[Block]:
+def blocks(doc: Document) -> list[Block]:
     """The report's content, whatever it is rendered as."""
     runs = host_runs(doc)
     out: list[Block] = []
-    if is_fleet(doc):
+    if isinstance(doc, FleetDocument):
         out.append(Heading(1, plain(f"nodeagent: {len(runs)} hosts")))
         out.append(Paragraph(_fleet_summary(doc)))
         differences = _fleet_differences(doc)
         if differences:
             out.append(Bullets(differences))
+    level = 2 if isinstance(doc, FleetDocument) else 1
     for run in runs:
-        out += _run_blocks(run, level=2 if is_fleet(doc) else 1)
+        out += _run_blocks(run, level)
     return out
 
 
-def _fleet_summary(doc: Mapping[str, Any]) -> Inline:
-    status = status_of(doc.get("status"))
-    drift = doc.get("drift") or []
-    outliers = doc.get("outliers") or []
+def _fleet_summary(doc: FleetDocument) -> Inline:
     return (
-        Span(status.value, "status"),
-        Span(f": {len(drift)} values drift from the fleet's majority, {len(outliers)} outliers"),
+        Span(doc.status.value, "status"),
+        Span(f": {len(doc.drift)} values drift from the fleet's majority, {len(doc.outliers)} outliers"),
     )
 
 
-def _fleet_differences(doc: Mapping[str, Any]) -> tuple[Inline, ...]:
+def _fleet_differences(doc: FleetDocument) -> tuple[Inline, ...]:
     """Each drifting value (the hosts that differ from the majority) and each outlier."""
     items: list[Inline] = []
-    for d in doc.get("drift") or []:
-        if isinstance(d, Mapping) and isinstance(d.get("hosts"), Mapping):
-            differ = ", ".join(f"{h} {v}" for h, v in d["hosts"].items())
-            items.append(
-                (
-                    Span("drift "),
-                    Span(str(d.get("key")), "code"),
-                    Span(f": majority {d.get('majority')}; {differ}"),
-                )
+    for d in doc.drift:
+        differ = ", ".join(f"{h} {v}" for h, v in d.hosts.items())
+        items.append((Span("drift "), Span(d.key, "code"), Span(f": majority {d.majority}; {differ}")))
+    for o in doc.outliers:
+        items.append(
+            (
+                Span("outlier "),
+                Span(o.key, "code"),
+                Span(f": {o.host} {o.value} ({o.direction}; median {o.median})"),
             )
-    for o in doc.get("outliers") or []:
-        if isinstance(o, Mapping):
-            items.append(
-                (
-                    Span("outlier "),
-                    Span(str(o.get("key")), "code"),
-                    Span(
-                        f": {o.get('host')} {o.get('value')} ({o.get('direction')}; median {o.get('median')})"
-                    ),
-                )
-            )
+        )
     return tuple(items)
 
 
 def _run_blocks(run: HostRun, level: int) -> list[Block]:
-    doc = run.doc
-    kind = f"preflight ({doc['playbook']})" if doc.get("playbook") else "check"
+    kind = f"preflight ({run.playbook})" if run.playbook else "check"
     out: list[Block] = [Heading(level, plain(f"nodeagent {kind}: {run.host}"))]
     if run.error is not None:
         out.append(
             Paragraph(
                 (
                     Span(Status.FAIL.value, "status"),
-                    Span(f": no result ({run.error.get('kind', 'error')}): {run.error.get('message', '')}"),
+                    Span(f": no result ({run.error.kind}): {run.error.message}"),
                 )
             )
         )
         return out
     out.append(Paragraph(_summary(run)))
-    verdict = doc.get("verdict")
-    if isinstance(verdict, Mapping):
-        word = "ALLOWED" if verdict.get("allowed") else "REFUSED"
+    if run.verdict is not None:
+        word = "ALLOWED" if run.verdict.allowed else "REFUSED"
         out.append(
             Paragraph(
                 (
                     Span("Verdict: "),
                     Span(word, "strong"),
-                    Span(f" (fail on {verdict.get('fail_on', '?')}): {verdict.get('reason', '')}"),
+                    Span(f" (fail on {run.verdict.fail_on}): {run.verdict.reason}"),
                 )
             )
         )
-    if doc.get("budget_s") is not None or run.timed_out:
-        budget = f"Budget {doc['budget_s']} s" if doc.get("budget_s") is not None else "No budget"
+    if run.budget_s is not None or run.timed_out:
+        budget = f"Budget {run.budget_s} s" if run.budget_s is not None else "No budget"
         cut = f"; cut at the time limit: {', '.join(sorted(run.timed_out))}" if run.timed_out else ""
         out.append(Paragraph(plain(budget + cut)))
     if run.checks:
@@ -168,39 +146,37 @@ def _run_blocks(run: HostRun, level: int) -> list[Block]:
         out.append(Heading(level + 1, plain("Needs attention")))
         for f in needing:
             out += _finding_blocks(f, level + 2)
-    bench = doc.get("bench")
-    if isinstance(bench, Mapping) and isinstance(bench.get("configs"), Mapping):
+    if run.bench is not None:
         out.append(Heading(level + 1, plain("Benchmark")))
-        out += _bench_blocks(bench)
+        out += _bench_blocks(run.bench)
     return out
 
 
 def _summary(run: HostRun) -> Inline:
-    counts = Counter(status_of(f.get("status")) for f in run.findings)
+    counts = Counter(f.status for f in run.findings)
     found = ", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "no findings"
     took = f" in {run.duration_s:.2f} s" if run.duration_s is not None else ""
     when = ""
     if run.started is not None:
         when = time.strftime("; started %Y-%m-%d %H:%M:%S UTC", time.gmtime(run.started))
-    version = run.doc.get("nodeagent") or __version__
+    version = run.nodeagent or __version__
     return (Span(run.status.value, "status"), Span(f": {found}{took}{when}; nodeagent {version}"))
 
 
 def _checks_table(run: HostRun) -> Table:
     rows = []
     for check in run.checks:
-        cid = str(check.get("id", ""))
-        counts = Counter(status_of(f.get("status")) for f in run.findings_of(cid))
+        counts = Counter(f.status for f in run.findings_of(check.id))
         found = ", ".join(f"{counts[s]} {s.value}" for s in WORST_FIRST if counts[s]) or "-"
-        duration = number(check.get("duration_s"))
+        duration = finite(check.duration_s)
         took = f"{duration:.3f}" if duration is not None else "-"
-        if cid in run.timed_out:
+        if check.id in run.timed_out:
             took += " (cut)"
         rows.append(
             (
-                plain(cid),
-                plain(str(check.get("title", ""))),
-                (Span(status_of(check.get("status")).value, "status"),),
+                plain(check.id),
+                plain(check.title),
+                (Span(check.status.value, "status"),),
                 plain(took),
                 plain(found),
             )
@@ -208,46 +184,37 @@ def _checks_table(run: HostRun) -> Table:
     return Table(("check", "title", "status", "seconds", "findings"), tuple(rows), frozenset({3}))
 
 
-def _finding_blocks(f: Mapping[str, Any], level: int) -> list[Block]:
-    heading = Heading(
-        level,
-        (Span(status_of(f.get("status")).value, "status"), Span(f" {label(f)}: {f.get('summary', '')}")),
-    )
+def _finding_blocks(f: Finding, level: int) -> list[Block]:
+    heading = Heading(level, (Span(f.status.value, "status"), Span(f" {label(f)}: {f.summary}")))
     items: list[Inline] = [
         (Span("seen: "), Span(where, "code"), Span(" = "), Span(value, "code"))
-        for where, value in evidence(f)
+        for where, value in f.evidence.items()
     ]
-    if f.get("expected"):
-        items.append((Span("expected: "), Span(str(f["expected"]))))
-    if f.get("remediation"):
-        items.append((Span("what to do:", "strong"), Span(f" {f['remediation']}")))
-    if f.get("fix"):
-        items.append((Span("tuner: "), Span(str(f["fix"]), "code")))
+    if f.expected:
+        items.append((Span("expected: "), Span(f.expected)))
+    if f.remediation:
+        items.append((Span("what to do:", "strong"), Span(f" {f.remediation}")))
+    if f.fix:
+        items.append((Span("tuner: "), Span(f.fix, "code")))
     return [heading, Bullets(tuple(items))] if items else [heading]
 
 
-def _bench_blocks(bench: Mapping[str, Any]) -> list[Block]:
+def _bench_blocks(bench: Bench) -> list[Block]:
     rows = []
-    for name, config in bench["configs"].items():
-        if not isinstance(config, Mapping):
-            continue
-        rate = config.get("images_per_s")
+    for name, config in bench.configs.items():
+        rate = config.images_per_s
         median = ci = "-"
-        if isinstance(rate, Mapping) and number(rate.get("median")) is not None:
-            median = f"{rate['median']:.1f}"
-            bounds = rate.get("ci95")
-            if (
-                isinstance(bounds, Sequence)
-                and len(bounds) == 2
-                and all(number(b) is not None for b in bounds)
-            ):
-                ci = f"{bounds[0]:.1f} - {bounds[1]:.1f}"
-        share = number(config.get("fraction_of_bound"))
-        note = str(config.get("reason") or config.get("diagnosis") or "")
+        if rate is not None and finite(rate.median) is not None:
+            median = f"{rate.median:.1f}"
+            low, high = rate.ci95
+            if finite(low) is not None and finite(high) is not None:
+                ci = f"{low:.1f} - {high:.1f}"
+        share = finite(config.fraction_of_bound)
+        note = config.reason or config.diagnosis or ""
         rows.append(
             (
-                plain(str(name)),
-                plain(str(config.get("status", ""))),
+                plain(name),
+                plain(config.status),
                 plain(median),
                 plain(ci),
                 plain(f"{share:.2f}" if share is not None else "-"),
@@ -261,17 +228,15 @@ def _bench_blocks(bench: Mapping[str, Any]) -> list[Block]:
             frozenset({2, 3, 4}),
         )
     ]
-    verdicts = bench.get("verdict")
-    if isinstance(verdicts, Mapping):
-        items = []
-        for key, v in verdicts.items():
-            if isinstance(v, Mapping):
-                text = f"{key.replace('_', ' ')}: {v.get('verdict', '?')}"
-                if number(v.get("ratio")) is not None:
-                    text += f" (ratio {v['ratio']:.2f})"
-                items.append(plain(text))
-        if items:
-            out.append(Bullets(tuple(items)))
+    items = []
+    for key, v in (bench.verdict or {}).items():
+        text = f"{key.replace('_', ' ')}: {v.verdict}"
+        ratio = finite(v.ratio)
+        if ratio is not None:
+            text += f" (ratio {ratio:.2f})"
+        items.append(plain(text))
+    if items:
+        out.append(Bullets(tuple(items)))
     return out
 
 
@@ -283,9 +248,9 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|&#!~])")
 _WHITESPACE = re.compile(r"\s+")
 
 
-def markdown(doc: Mapping[str, Any]) -> str:
+def markdown(doc: Mapping[str, Any] | Document) -> str:
     """The report as GitHub-flavoured Markdown (tables are GFM's)."""
-    return "\n\n".join(_md_block(b) for b in blocks(doc)) + "\n"
+    return "\n\n".join(_md_block(b) for b in blocks(document(doc))) + "\n"
 
 
 def _md_block(block: Block) -> str:
@@ -349,11 +314,12 @@ code { font: 13px ui-monospace, monospace; background: #f3f3f3; padding: 0 0.2em
 """
 
 
-def html(doc: Mapping[str, Any]) -> str:
+def html(doc: Mapping[str, Any] | Document) -> str:
     """The report as one self-contained HTML page."""
-    runs = host_runs(doc)
+    report = document(doc)
+    runs = host_runs(report)
     title = f"nodeagent: {runs[0].host}" if len(runs) == 1 else f"nodeagent: {len(runs)} hosts"
-    body = "\n".join(_html_block(b) for b in blocks(doc))
+    body = "\n".join(_html_block(b) for b in blocks(report))
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodeagent import __version__
+from nodeagent.api.report import Bench, Document
 from nodeagent.core.finding import Status
-from nodeagent.render.outputs import HostRun, host_runs, number, status_of
+from nodeagent.render.runs import HostRun, document, finite, host_runs
 
 STATUS_VALUE = {Status.SKIPPED: -1, Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
 STATUS_HELP = "-1 skipped, 0 ok, 1 warn, 2 fail, 3 unknown"
@@ -54,7 +55,7 @@ class _Family:
         self.samples.append((labels, value))
 
 
-def prometheus(doc: Mapping[str, Any]) -> str:
+def prometheus(doc: Mapping[str, Any] | Document) -> str:
     """The document as a textfile-collector file (see the module docstring)."""
     families = {
         f.name: f
@@ -75,58 +76,50 @@ def prometheus(doc: Mapping[str, Any]) -> str:
             _Family("nodeagent_host_error", "1 when a host of the fleet gave no result, by kind of error"),
         )
     }
-    for run in host_runs(doc):
+    for run in host_runs(document(doc)):
         _add_run(families, run)
     return "".join(_family_text(f) for f in families.values() if f.samples)
 
 
 def _add_run(fam: Mapping[str, _Family], run: HostRun) -> None:
     host = run.host
-    doc = run.doc
-    playbook = str(doc.get("playbook") or "")
-    fam["nodeagent_info"].add(
-        1, host=host, version=str(doc.get("nodeagent") or __version__), playbook=playbook
-    )
+    fam["nodeagent_info"].add(1, host=host, version=run.nodeagent or __version__, playbook=run.playbook or "")
     fam["nodeagent_run_status"].add(STATUS_VALUE[run.status], host=host)
     if run.duration_s is not None:
         fam["nodeagent_run_duration_seconds"].add(run.duration_s, host=host)
     if run.started is not None:
         fam["nodeagent_run_timestamp_seconds"].add(run.started, host=host)
     for check in run.checks:
-        cid = str(check.get("id", ""))
-        fam["nodeagent_check_status"].add(STATUS_VALUE[status_of(check.get("status"))], host=host, check=cid)
-        duration = number(check.get("duration_s"))
+        cid = check.id
+        fam["nodeagent_check_status"].add(STATUS_VALUE[check.status], host=host, check=cid)
+        duration = finite(check.duration_s)
         if duration is not None:
             fam["nodeagent_check_duration_seconds"].add(duration, host=host, check=cid)
         fam["nodeagent_check_timed_out"].add(int(cid in run.timed_out), host=host, check=cid)
-        statuses = [status_of(f.get("status")) for f in run.findings_of(cid)]
+        statuses = [f.status for f in run.findings_of(cid)]
         for status in STATUS_VALUE:
             fam["nodeagent_findings"].add(statuses.count(status), host=host, check=cid, status=status.value)
-    verdict = doc.get("verdict")
-    if isinstance(verdict, Mapping):
-        fam["nodeagent_preflight_allowed"].add(int(bool(verdict.get("allowed"))), host=host)
-    budget = number(doc.get("budget_s"))
+    if run.verdict is not None:
+        fam["nodeagent_preflight_allowed"].add(int(run.verdict.allowed), host=host)
+    budget = finite(run.budget_s)
     if budget is not None:
         fam["nodeagent_preflight_budget_seconds"].add(budget, host=host)
     if run.error is not None:
-        fam["nodeagent_host_error"].add(1, host=host, kind=str(run.error.get("kind", "error")))
-    _add_bench(fam["nodeagent_bench_images_per_second"], host, doc.get("bench"))
+        fam["nodeagent_host_error"].add(1, host=host, kind=run.error.kind)
+    if run.bench is not None:
+        _add_bench(fam["nodeagent_bench_images_per_second"], host, run.bench)
 
 
-def _add_bench(family: _Family, host: str, bench: Any) -> None:
-    configs = bench.get("configs") if isinstance(bench, Mapping) else None
-    if not isinstance(configs, Mapping):
-        return
-    for name, config in configs.items():
-        rate = config.get("images_per_s") if isinstance(config, Mapping) else None
-        if not isinstance(rate, Mapping):
+def _add_bench(family: _Family, host: str, bench: Bench) -> None:
+    for name, config in bench.configs.items():
+        rate = config.images_per_s
+        if rate is None:
             continue  # failed or skipped: no throughput to report
-        ci = rate.get("ci95")
-        lo, hi = (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (None, None)
-        for stat, value in (("median", rate.get("median")), ("ci95_lo", lo), ("ci95_hi", hi)):
-            known = number(value)
+        low, high = rate.ci95
+        for stat, value in (("median", rate.median), ("ci95_lo", low), ("ci95_hi", high)):
+            known = finite(value)
             if known is not None:
-                family.add(known, host=host, config=str(name), stat=stat)
+                family.add(known, host=host, config=name, stat=stat)
 
 
 def _family_text(f: _Family) -> str:

@@ -39,8 +39,9 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nodeagent.api.report import Bench, Document, Finding, FleetDocument
 from nodeagent.core.finding import Status
-from nodeagent.render.outputs import ATTENTION, HostRun, attention, host_runs, is_fleet, label, status_of
+from nodeagent.render.runs import ATTENTION, HostRun, attention, document, host_runs, label
 
 ALLOWED = frozenset(string.ascii_letters + string.digits + " .,:/_+%=()@-")
 DEFAULT_MAX_LEN = 120
@@ -48,7 +49,7 @@ MIN_LEN = 40  # room for "nodeagent: ", one subject and " (+N more) UNKNOWN"
 MAX_CLAUSE = 48  # a summary's first clause is cut here, so one finding cannot crowd out the others
 HEAD = "nodeagent: "
 DETAILS_SEP = " / "
-# Checks whose subjects are value keys (nodeagent.cluster.fleet.host_values), not things on the
+# Checks whose subjects are value keys (nodeagent.compare.fleet.host_values), not things on the
 # node: nodeagent.gate.thresholds.CHECK_ID and nodeagent.gate.baseline.CHECK_ID (not imported: baseline pulls
 # in the fleet's tables).
 VALUE_CHECKS = frozenset({"playbook", "baseline"})
@@ -64,28 +65,30 @@ def clean(text: str) -> str:
     return " ".join(kept.split())
 
 
-def slurm_reason(doc: Mapping[str, Any], max_len: int = DEFAULT_MAX_LEN) -> str:
+def slurm_reason(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_LEN) -> str:
     """One host's document as a one-line reason of at most `max_len` characters (module docstring).
 
     A fleet document has one reason per host: use `slurm_lines`.
     """
     if max_len < MIN_LEN:
         raise ValueError(f"max_len {max_len}: a reason needs at least {MIN_LEN} characters")
-    if is_fleet(doc):
+    report = document(doc)
+    if isinstance(report, FleetDocument):
         raise ValueError("a fleet document has one reason per host: use slurm_lines")
-    return _reason(host_runs(doc)[0], max_len)
+    return _reason(host_runs(report)[0], max_len)
 
 
-def slurm_lines(doc: Mapping[str, Any], max_len: int = DEFAULT_MAX_LEN) -> str:
+def slurm_lines(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_LEN) -> str:
     """The reason, newline-terminated; for a fleet, one `HOST REASON` line per host, for
     `while read -r node reason; do scontrol update nodename="$node" ... reason="$reason"; done`."""
-    if not is_fleet(doc):
-        return slurm_reason(doc, max_len) + "\n"
-    return "".join(f"{clean(run.host) or '-'} {_reason(run, max_len)}\n" for run in host_runs(doc))
+    report = document(doc)
+    if not isinstance(report, FleetDocument):
+        return slurm_reason(report, max_len) + "\n"
+    return "".join(f"{clean(run.host) or '-'} {_reason(run, max_len)}\n" for run in host_runs(report))
 
 
 def _reason(run: HostRun, max_len: int) -> str:
-    playbook = clean(str(run.doc.get("playbook") or ""))
+    playbook = clean(run.playbook or "")
     tail = f" (playbook {playbook})" if playbook else ""
     items = _items(run)
     # The document's status, unless what needs attention is worse (a check cut at the budget).
@@ -110,32 +113,31 @@ def _items(run: HostRun) -> list[tuple[Status, str, str]]:
     the checks cut at a time limit (one item each, instead of their UNKNOWN findings), then the
     findings in the document's order (a check's own before the playbook's), then the benchmark."""
     if run.error is not None:
-        kind = clean(str(run.error.get("kind", "error"))) or "error"
-        return [(Status.FAIL, f"no result ({kind})", _clause(str(run.error.get("message", ""))))]
-    titles = {str(c.get("id")): str(c.get("title") or "") for c in run.checks}
+        kind = clean(run.error.kind) or "error"
+        return [(Status.FAIL, f"no result ({kind})", _clause(run.error.message))]
+    titles = {c.id: c.title for c in run.checks}
     found: list[tuple[Status, int, str, str]] = []
     for f in attention(run.findings):
-        cid = str(f.get("check_id"))
-        if cid in run.timed_out:
+        if f.check_id in run.timed_out:
             continue
         name, summary = _named(f, run.findings)
-        clause = _clause(_without_title(summary, titles.get(cid, "")), str(f.get("subject") or ""))
-        found.append((status_of(f.get("status")), 1, name, clause))
+        clause = _clause(_without_title(summary, titles.get(f.check_id, "")), f.subject)
+        found.append((f.status, 1, name, clause))
     for cid in sorted(run.timed_out):
         found.append((Status.UNKNOWN, 0, clean(cid) or "-", "timed out"))
-    for name in _failed_bench_configs(run.doc.get("bench")):
+    for name in _failed_bench_configs(run.bench):
         found.append((Status.FAIL, 2, f"bench/{clean(name) or '-'}", "failed"))
     found.sort(key=lambda item: (-item[0].rank, item[1]))  # stable: the document's order within
     return [(status, name, detail) for status, _, name, detail in found]
 
 
-def _named(f: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+def _named(f: Finding, findings: Sequence[Finding]) -> tuple[str, str]:
     """A finding's name in the reason, and its summary with that name's part of a value key left
     out (`check.kernel.memlock./proc/self/limits = 8388608, ...` -> `/proc/self/limits = ...`)."""
-    summary = str(f.get("summary", ""))
-    if str(f.get("check_id")) not in VALUE_CHECKS:
+    summary = f.summary
+    if f.check_id not in VALUE_CHECKS:
         return clean(label(f)) or "-", summary
-    key = str(f.get("subject") or "")
+    key = f.subject
     name, rest = _value_name(key, findings)
     if key and summary.startswith(key):
         after = summary[len(key) :]
@@ -146,17 +148,16 @@ def _named(f: Mapping[str, Any], findings: Sequence[Mapping[str, Any]]) -> tuple
     return clean(name) or "-", summary.strip()
 
 
-def _value_name(key: str, findings: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+def _value_name(key: str, findings: Sequence[Finding]) -> tuple[str, str]:
     """`check/subject` for a value key, and the rest of the key (see the module docstring)."""
     if key.startswith("check."):
         check, _, rest = key[len("check.") :].partition(".")
         # The finding whose evidence (or status) the key is: its subject may hold dots itself.
         for g in findings:
-            if str(g.get("check_id")) != check or check in VALUE_CHECKS:
+            if g.check_id != check or check in VALUE_CHECKS:
                 continue
-            subject = str(g.get("subject") or "") or "-"
-            evidence = g.get("evidence")
-            keys = {"status", *(evidence.keys() if isinstance(evidence, Mapping) else ())}
+            subject = g.subject or "-"
+            keys = {"status", *g.evidence}
             if rest.startswith(f"{subject}.") and rest[len(subject) + 1 :] in keys:
                 return label(g), rest[len(subject) + 1 :]
         # No such finding in the document: the evidence of a check is a path ("./proc/...") or
@@ -180,11 +181,9 @@ def _once(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
-def _failed_bench_configs(bench: Any) -> list[str]:
-    configs = bench.get("configs") if isinstance(bench, Mapping) else None
-    if not isinstance(configs, Mapping):
-        return []
-    return [str(n) for n, c in configs.items() if isinstance(c, Mapping) and c.get("status") == "failed"]
+def _failed_bench_configs(bench: Bench | None) -> list[str]:
+    configs = bench.configs if bench is not None else {}
+    return [name for name, config in configs.items() if config.status == "failed"]
 
 
 def _without_title(summary: str, title: str) -> str:
