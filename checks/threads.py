@@ -103,7 +103,7 @@ class Facts:
 
 def collect(host: Host) -> Facts:
     env = limits.collect_environ(host)
-    procs, scanned, problems = _scan(host)
+    procs, scanned, problems = training_processes(host)
     return Facts(
         cpus=cgroup.collect(host),
         topology=topology.collect(host),
@@ -126,8 +126,10 @@ def _is_python(name: str, argv0: str) -> bool:
     return name.startswith("python") or base.startswith("python") or name == "pt_main_thread"
 
 
-def _scan(host: Host) -> tuple[list[Proc], int, list[str]]:
-    """Training processes in /proc: a few hundred small reads, no `ps` spawned."""
+def training_processes(host: Host, kept: tuple[str, ...] = KEPT_VARS) -> tuple[list[Proc], int, list[str]]:
+    """Training processes in /proc, with the variables `kept` of their environments (a superset of
+    KEPT_VARS: the pool variables tell a pool user), the folders listed, and what did not parse.
+    A few hundred small reads, no `ps` spawned."""
     pids = sorted(int(e) for e in host.listdir(PROC) or [] if _is_count(e))
     self_link = host.readlink(f"{PROC}/self")
     own = int(self_link) if self_link and _is_count(self_link) else None
@@ -136,51 +138,66 @@ def _scan(host: Host) -> tuple[list[Proc], int, list[str]]:
     for pid in pids:
         if pid == own:
             continue
-        base = f"{PROC}/{pid}"
-        raw_cmdline = host.read(f"{base}/cmdline")
-        if not raw_cmdline:
-            continue  # kernel threads have an empty command line; vanished processes read as None
-        argv = [a for a in raw_cmdline.split("\x00") if a]
-        status = host.read(f"{base}/status")
-        if status is None or not argv:
-            continue
-        fields = parse.key_values(status)
-        env_text = host.read(f"{base}/environ")
-        env = {k: v for k, v in limits.parse_environ(env_text or "").items() if k in KEPT_VARS}
-        threads = fields.get("Threads", "")
-        threads_n = int(threads) if _is_count(threads) else None
-        cmdline = " ".join(argv)
-        # The interpreter's own path ("/envs/torch/bin/python") says nothing about the job: skip argv[0].
-        # The script and launcher come first; a long tail (inline code, a payload) is not searched.
-        python_job = _is_python(fields.get("Name", ""), argv[0]) and TRAINING_CMDLINE.search(
-            " ".join(argv[1:])[:CMDLINE_SEARCHED]
-        )
-        # A shell that merely inherited OMP_NUM_THREADS runs one thread; a pool user runs more.
-        pool_user = any(v in env for v in POOL_VARS) and (threads_n or 0) > 1
-        if not (python_job or pool_user):
-            continue
-        allowed_raw = fields.get("Cpus_allowed_list")
-        allowed: list[int] | None = None
-        if allowed_raw is not None:
-            try:
-                allowed = parse.cpulist(allowed_raw)
-            except ValueError:
-                problems.append(f"{base}/status: unparsable Cpus_allowed_list {allowed_raw[:60]!r}")
-        if threads and threads_n is None:
-            problems.append(f"{base}/status: unparsable Threads {threads[:60]!r}")
-        ppid = fields.get("PPid", "")
-        out.append(
-            Proc(
-                pid=pid,
-                ppid=int(ppid) if _is_count(ppid) else None,
-                name=fields.get("Name", argv[0]),
-                cmdline=cmdline[:200],
-                threads=threads_n,
-                cpus_allowed=allowed,
-                env=env,
-            )
-        )
+        proc = _training_process(host, pid, kept, problems)
+        if proc is not None:
+            out.append(proc)
     return out, len(pids), problems
+
+
+def _training_process(host: Host, pid: int, kept: tuple[str, ...], problems: list[str]) -> Proc | None:
+    """/proc/<pid> when it is a training process: python running a framework or a training script,
+    or any process running a thread pool sized by a pool variable. None for the others."""
+    base = f"{PROC}/{pid}"
+    raw_cmdline = host.read(f"{base}/cmdline")
+    if not raw_cmdline:
+        return None  # kernel threads have an empty command line; vanished processes read as None
+    argv = [a for a in raw_cmdline.split("\x00") if a]
+    status = host.read(f"{base}/status")
+    if status is None or not argv:
+        return None
+    fields = parse.key_values(status)
+    env_text = host.read(f"{base}/environ")
+    env = {k: v for k, v in limits.parse_environ(env_text or "").items() if k in kept}
+    threads = fields.get("Threads", "")
+    threads_n = int(threads) if _is_count(threads) else None
+    # The interpreter's own path ("/envs/torch/bin/python") says nothing about the job: skip argv[0].
+    # The script and launcher come first; a long tail (inline code, a payload) is not searched.
+    python_job = _is_python(fields.get("Name", ""), argv[0]) and TRAINING_CMDLINE.search(
+        " ".join(argv[1:])[:CMDLINE_SEARCHED]
+    )
+    # A shell that merely inherited OMP_NUM_THREADS runs one thread; a pool user runs more.
+    pool_user = any(v in env for v in POOL_VARS) and (threads_n or 0) > 1
+    if not (python_job or pool_user):
+        return None
+    return _proc(pid, fields, argv, env, problems)
+
+
+def _proc(
+    pid: int, fields: dict[str, str], argv: list[str], env: dict[str, str], problems: list[str]
+) -> Proc:
+    """The Proc of a training process from its status fields; what does not parse goes to `problems`."""
+    base = f"{PROC}/{pid}"
+    threads = fields.get("Threads", "")
+    threads_n = int(threads) if _is_count(threads) else None
+    allowed_raw = fields.get("Cpus_allowed_list")
+    allowed: list[int] | None = None
+    if allowed_raw is not None:
+        try:
+            allowed = parse.cpulist(allowed_raw)
+        except ValueError:
+            problems.append(f"{base}/status: unparsable Cpus_allowed_list {allowed_raw[:60]!r}")
+    if threads and threads_n is None:
+        problems.append(f"{base}/status: unparsable Threads {threads[:60]!r}")
+    ppid = fields.get("PPid", "")
+    return Proc(
+        pid=pid,
+        ppid=int(ppid) if _is_count(ppid) else None,
+        name=fields.get("Name", argv[0]),
+        cmdline=" ".join(argv)[:200],
+        threads=threads_n,
+        cpus_allowed=allowed,
+        env=env,
+    )
 
 
 # -- evaluation (pure) ---------------------------------------------------------------------------
@@ -294,72 +311,72 @@ def _env_findings(f: Facts, b: _Budget | None, p: Params) -> list[Finding]:
     unset: list[str] = []
     for var in POOL_VARS:
         raw = f.environ.get(var)
-        if raw is None:
+        n = None if raw is None else pool_size(var, raw)
+        if raw is None or n == -1:
             unset.append(var)
-            continue
-        ev = {f"{path} {var}": raw}
-        n = pool_size(var, raw)
-        if n is None:
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"{var}={raw!r} is not a thread count: the runtime ignores it and uses its default",
-                    ev,
-                    expected="a positive integer",
-                    remediation=f"export {var}={b.limit}",
-                    subject=var,
-                    fix="tf-threads",
-                )
-            )
-        elif n == -1:
-            unset.append(var)
-        elif n > b.limit:
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"{var}={n} oversubscribes the {b.label}",
-                    {**ev, "available": b.label},
-                    expected=f"<= {b.limit}",
-                    remediation=f"export {var}={b.limit} "
-                    "(or less per rank when several ranks share the node)",
-                    subject=var,
-                    fix="tf-threads",
-                )
-            )
         else:
-            out.append(Finding(ID, Status.OK, f"{var}={n} fits the {b.label}", ev, subject=var))
+            out.append(_pool_var(var, raw, n, b))
     if unset:
-        tf = _tf_default(b)
-        defaults = {
-            INTRA: f"TF intra-op: {tf} (every CPU in the affinity mask)",
-            INTER: f"TF inter-op: {tf}",
-            OMP: f"OpenMP: {tf}",
-            MKL: f"MKL: {b.cores or tf} (physical cores)",
-            OPENBLAS: f"OpenBLAS: {tf}",
-        }
-        picks = "; ".join(defaults[v] for v in unset)
-        ev = {f"{path} {v}": "(unset)" for v in unset}
-        over = tf > b.limit
-        quota = f" (CFS quota {f.cpus.quota_cpus:g} CPUs)" if f.cpus.quota_cpus is not None else ""
-        out.append(
-            Finding(
-                ID,
-                Status.WARN if over else Status.OK,
-                f"{', '.join(unset)} unset: runtimes pick their defaults ({picks})"
-                + (f", more than the {b.label}{quota}" if over else ""),
-                ev,
-                expected=f"pools <= {b.limit}" if over else "",
-                remediation=f"export TF_NUM_INTRAOP_THREADS={b.limit} OMP_NUM_THREADS={b.limit} "
-                f"TF_NUM_INTEROP_THREADS=2 (see {_TF_DOC})"
-                if over
-                else "",
-                subject="defaults",
-                fix="tf-threads" if over else None,
-            )
-        )
+        out.append(_runtime_defaults(f, b, unset))
     return out
+
+
+def _pool_var(var: str, raw: str, n: int | None, b: _Budget) -> Finding:
+    """One pool variable that is set: a thread count within the budget, above it, or not a count."""
+    ev = {f"{limits.ENVIRON_PATH} {var}": raw}
+    if n is None:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"{var}={raw!r} is not a thread count: the runtime ignores it and uses its default",
+            ev,
+            expected="a positive integer",
+            remediation=f"export {var}={b.limit}",
+            subject=var,
+            fix="tf-threads",
+        )
+    if n > b.limit:
+        return Finding(
+            ID,
+            Status.WARN,
+            f"{var}={n} oversubscribes the {b.label}",
+            {**ev, "available": b.label},
+            expected=f"<= {b.limit}",
+            remediation=f"export {var}={b.limit} (or less per rank when several ranks share the node)",
+            subject=var,
+            fix="tf-threads",
+        )
+    return Finding(ID, Status.OK, f"{var}={n} fits the {b.label}", ev, subject=var)
+
+
+def _runtime_defaults(f: Facts, b: _Budget, unset: list[str]) -> Finding:
+    """The pools the runtimes size themselves where no variable says: a WARN when they exceed the budget."""
+    tf = _tf_default(b)
+    defaults = {
+        INTRA: f"TF intra-op: {tf} (every CPU in the affinity mask)",
+        INTER: f"TF inter-op: {tf}",
+        OMP: f"OpenMP: {tf}",
+        MKL: f"MKL: {b.cores or tf} (physical cores)",
+        OPENBLAS: f"OpenBLAS: {tf}",
+    }
+    picks = "; ".join(defaults[v] for v in unset)
+    ev = {f"{limits.ENVIRON_PATH} {v}": "(unset)" for v in unset}
+    over = tf > b.limit
+    quota = f" (CFS quota {f.cpus.quota_cpus:g} CPUs)" if f.cpus.quota_cpus is not None else ""
+    return Finding(
+        ID,
+        Status.WARN if over else Status.OK,
+        f"{', '.join(unset)} unset: runtimes pick their defaults ({picks})"
+        + (f", more than the {b.label}{quota}" if over else ""),
+        ev,
+        expected=f"pools <= {b.limit}" if over else "",
+        remediation=f"export TF_NUM_INTRAOP_THREADS={b.limit} OMP_NUM_THREADS={b.limit} "
+        f"TF_NUM_INTEROP_THREADS=2 (see {_TF_DOC})"
+        if over
+        else "",
+        subject="defaults",
+        fix="tf-threads" if over else None,
+    )
 
 
 def _intra_request(env: dict[str, str], default: int) -> int:
@@ -463,71 +480,77 @@ def _process_findings(f: Facts, b: _Budget | None, p: Params) -> list[Finding]:
         cpus = pr.cpus_allowed if pr.cpus_allowed is not None else (b.allowed if b else None)
         if pr.threads is None or not cpus:
             continue
-        warned = False
-        ev = {
-            f"{_status_path(pr)} Threads": str(pr.threads),
-            f"{_status_path(pr)} Cpus_allowed_list": format_cpulist(cpus),
-            f"{PROC}/{pr.pid}/cmdline": pr.cmdline,
-            **{f"{PROC}/{pr.pid}/environ {k}": v for k, v in pr.env.items() if k in POOL_VARS},
-        }
-        oversized = {
-            var: n
-            for var in POOL_VARS
-            if var in pr.env and (n := pool_size(var, pr.env[var]) or 0) > len(cpus)
-        }
-        if oversized:
-            warned = True
-            asks = ", ".join(f"{var}={n}" for var, n in oversized.items())
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"pid {pr.pid} ({pr.name}) asks for {asks} but may run on {len(cpus)} CPUs",
-                    ev,
-                    expected=f"pools <= {len(cpus)} (its Cpus_allowed_list)",
-                    remediation=f"Start it with {' '.join(f'{v}={len(cpus)}' for v in oversized)}.",
-                    subject=f"pid {pr.pid}",
-                    fix="tf-threads",
-                )
-            )
-        threshold = max(p.max_threads_per_cpu * len(cpus), p.min_threads_flagged)
-        if pr.threads > threshold:
-            warned = True
-            out.append(
-                Finding(
-                    ID,
-                    Status.WARN,
-                    f"pid {pr.pid} ({pr.name}) runs {pr.threads} threads on {len(cpus)} CPUs "
-                    f"({pr.threads / len(cpus):.1f} per CPU): stacked or oversized pools",
-                    ev,
-                    expected=f"<= {threshold:g} threads ({p.max_threads_per_cpu:g} per allowed CPU)",
-                    remediation=f"Size the pools to the process's CPUs: TF_NUM_INTRAOP_THREADS={len(cpus)}, "
-                    "TF_NUM_INTEROP_THREADS=2, and one thread inside DataLoader workers "
-                    "(torch.set_num_threads(1) in worker_init_fn).",
-                    subject=f"pid {pr.pid}",
-                    fix="tf-threads",
-                )
-            )
-        if not warned:
+        warnings = _process_warnings(pr, pr.threads, cpus, p)
+        out += warnings
+        if not warnings:
             fine.append(pr)
     if fine:
-        listing = "; ".join(
-            f"pid {pr.pid} ({pr.name}) {pr.threads} threads on "
-            f"{len(pr.cpus_allowed) if pr.cpus_allowed is not None else len(b.allowed) if b else '?'} CPUs"
-            for pr in fine[:8]
-        )
+        out.append(_processes_within_limits(fine, b))
+    out += _sharing(ranks, workers, launchers, b)
+    return out
+
+
+def _process_warnings(pr: Proc, threads: int, cpus: list[int], p: Params) -> list[Finding]:
+    """A running process's pools against the CPUs it may run on: oversized pool variables, too many
+    threads."""
+    ev = {
+        f"{_status_path(pr)} Threads": str(threads),
+        f"{_status_path(pr)} Cpus_allowed_list": format_cpulist(cpus),
+        f"{PROC}/{pr.pid}/cmdline": pr.cmdline,
+        **{f"{PROC}/{pr.pid}/environ {k}": v for k, v in pr.env.items() if k in POOL_VARS},
+    }
+    out: list[Finding] = []
+    oversized = {
+        var: n for var in POOL_VARS if var in pr.env and (n := pool_size(var, pr.env[var]) or 0) > len(cpus)
+    }
+    if oversized:
+        asks = ", ".join(f"{var}={n}" for var, n in oversized.items())
         out.append(
             Finding(
                 ID,
-                Status.OK,
-                f"{len(fine)} training process(es) within thread limits: {listing}"
-                + (" ..." if len(fine) > 8 else ""),
-                {f"{_status_path(pr)} Threads": str(pr.threads) for pr in fine[:16]},
-                subject="processes",
+                Status.WARN,
+                f"pid {pr.pid} ({pr.name}) asks for {asks} but may run on {len(cpus)} CPUs",
+                ev,
+                expected=f"pools <= {len(cpus)} (its Cpus_allowed_list)",
+                remediation=f"Start it with {' '.join(f'{v}={len(cpus)}' for v in oversized)}.",
+                subject=f"pid {pr.pid}",
+                fix="tf-threads",
             )
         )
-    out += _sharing(ranks, workers, launchers, b)
+    threshold = max(p.max_threads_per_cpu * len(cpus), p.min_threads_flagged)
+    if threads > threshold:
+        out.append(
+            Finding(
+                ID,
+                Status.WARN,
+                f"pid {pr.pid} ({pr.name}) runs {threads} threads on {len(cpus)} CPUs "
+                f"({threads / len(cpus):.1f} per CPU): stacked or oversized pools",
+                ev,
+                expected=f"<= {threshold:g} threads ({p.max_threads_per_cpu:g} per allowed CPU)",
+                remediation=f"Size the pools to the process's CPUs: TF_NUM_INTRAOP_THREADS={len(cpus)}, "
+                "TF_NUM_INTEROP_THREADS=2, and one thread inside DataLoader workers "
+                "(torch.set_num_threads(1) in worker_init_fn).",
+                subject=f"pid {pr.pid}",
+                fix="tf-threads",
+            )
+        )
     return out
+
+
+def _processes_within_limits(fine: list[Proc], b: _Budget | None) -> Finding:
+    listing = "; ".join(
+        f"pid {pr.pid} ({pr.name}) {pr.threads} threads on "
+        f"{len(pr.cpus_allowed) if pr.cpus_allowed is not None else len(b.allowed) if b else '?'} CPUs"
+        for pr in fine[:8]
+    )
+    return Finding(
+        ID,
+        Status.OK,
+        f"{len(fine)} training process(es) within thread limits: {listing}"
+        + (" ..." if len(fine) > 8 else ""),
+        {f"{_status_path(pr)} Threads": str(pr.threads) for pr in fine[:16]},
+        subject="processes",
+    )
 
 
 def _sharing(

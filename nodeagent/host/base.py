@@ -87,6 +87,13 @@ class Host(ABC):
     name: str = "localhost"
     kind: str = "local"
 
+    @property
+    def is_live(self) -> bool:
+        """Whether this host is the machine nodeagent runs on, at its real root: only then may a fact
+        come from a library that reads this process's machine itself (py-cpuinfo) instead of the
+        host's files. Recordings, copies of a tree and remote nodes are not."""
+        return False
+
     def __init__(self) -> None:
         self._memo: dict[str, Any] = {}
         self._memo_locks: dict[str, threading.Lock] = {}

@@ -64,6 +64,10 @@ class LocalHost(TreeHost):
         self.root = root
         self.name = name or os.uname().nodename  # gethostname(2) is uname's nodename
 
+    @property
+    def is_live(self) -> bool:
+        return os.path.abspath(self.root) == "/"
+
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         args = tuple(argv)
         # A missing tool (nvidia-smi on a CPU node) is answered without forking: the agentless pull
