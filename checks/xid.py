@@ -304,7 +304,7 @@ def _unparsable(log: KernelLog, records: tuple[Record, ...]) -> list[Finding]:
 
 def _time_key(log: KernelLog) -> str:
     # "... time": what the log covers differs on every host and every run, and the fleet comparison
-    # leaves "time" keys out (nodeagent.cluster.fleet.EXCLUDED_KEYS) rather than report it as drift.
+    # leaves "time" keys out (nodeagent.compare.fleet.EXCLUDED_KEYS) rather than report it as drift.
     return f"{log.source}: time"
 
 

@@ -397,7 +397,7 @@ def test_snapshot_records_the_kernel_log(tmp_path: Path) -> None:
 
 
 def test_fleet_comparison_leaves_out_what_the_log_covers() -> None:
-    from nodeagent.cluster import fleet
+    from nodeagent.compare import fleet
 
     finding = xid.evaluate(xid.Facts(kmsg.KernelLog("dmesg -r", kmsg.parse("[ 5.000000] hello\n"))), DEFAULT)[
         0

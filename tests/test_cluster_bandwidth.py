@@ -19,14 +19,12 @@ from nodeagent.cluster.bandwidth.plan import schedule
 from nodeagent.cluster.inventory.load import HostSpec, load_inventory
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
+from nodeagent.render.bandwidth import render_bandwidth
 from tests import sshcluster
 from tests.sshcluster import ClusterFactory
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
-
-# The fixture, made visible to pytest in this module (tests/ has no conftest.py).
-ssh_cluster_factory = sshcluster.ssh_cluster_factory
 
 needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="no iperf3 (Debian iperf3)")
 
@@ -270,7 +268,7 @@ def test_report_status_and_json() -> None:
 
 def test_render_reads_at_80_columns_without_colour() -> None:
     out = io.StringIO()
-    Console(file=out, width=80, no_color=True, color_system=None).print(slow_h3_report().render())
+    Console(file=out, width=80, no_color=True, color_system=None).print(render_bandwidth(slow_h3_report()))
     text = out.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines())
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") >= 5}

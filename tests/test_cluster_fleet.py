@@ -18,7 +18,7 @@ from rich.console import Console
 
 from nodeagent import engine
 from nodeagent.checks import all_checks
-from nodeagent.cluster.fleet import (
+from nodeagent.compare.fleet import (
     THRESHOLD,
     Drift,
     FleetComparison,
@@ -29,10 +29,10 @@ from nodeagent.cluster.fleet import (
     host_values,
     outliers_in,
     parse_number,
-    render_table,
 )
 from nodeagent.core.errors import UsageError
 from nodeagent.facts import node
+from nodeagent.render.fleet import render_table
 from tests.helpers import fixture_host
 
 MACHINE = "40intel64-2g2n4c+pcilocality"
@@ -364,7 +364,7 @@ def test_lists_are_keyed_by_identity() -> None:
         "matrix[0]": "1,2",
         "matrix[1]": "3,4",
         "notes": "a,b",
-        # Counted from the lists above (nodeagent.gate.hardware): 1 GPU, 1 HCA with 2 ports, 1 ACTIVE.
+        # Counted from the lists above (nodeagent.compare.hardware): 1 GPU, 1 HCA with 2 ports, 1 ACTIVE.
         "hardware.gpus": 1,
         "hardware.gpu_models[NVIDIA]": 1,
         "hardware.rdma_hcas": 1,

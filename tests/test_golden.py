@@ -4,8 +4,7 @@ fields that change from run to run (durations, times, the tool's version). A ref
 changes a verdict, a key or an order fails here.
 
 The machines are real recordings (tests/fixtures/hwloc, tests/fixtures/corpus); the fleet is four of
-them behind a fake SSH transport that answers the agentless pull with each machine's recording, so
-everything but the socket runs as in production.
+them behind a fake SSH transport (tests/fakefleet.py).
 
 Regenerate (only when a change of output is intended, and say why in the commit):
     NODEAGENT_WRITE_GOLDEN=1 pytest tests/test_golden.py
@@ -15,18 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from tests import corpus
-from tests.helpers import SYSFS_FIXTURES
+from tests import fakefleet
+from tests.golden_docs import GOLDEN, stable
 
-GOLDEN = Path(__file__).parent / "golden"
 WRITE = os.environ.get("NODEAGENT_WRITE_GOLDEN") == "1"
 
 HWLOC = ["40intel64-2g2n4c+pcilocality", "16em64t-4s2c2t-offlines", "2arm-2c", "nvidiagpunumanodes"]
@@ -46,35 +42,10 @@ FLEET = {
     "node03": "16em64t-4s2c2t-offlines",
     "node04": "sysfs-ghw-xeon-l5640-2socket",
 }
-# What differs between two runs on the same input.
-VOLATILE = {
-    "duration_s",
-    "started",
-    "finished",
-    "elapsed_s",
-    "generated_at",
-    "nodeagent_version",
-    "version",
-    "time",
-    "timestamp",
-}
-
-
-def _stable(doc: Any) -> Any:
-    if isinstance(doc, dict):
-        return {k: ("<volatile>" if k in VOLATILE else _stable(v)) for k, v in doc.items()}
-    if isinstance(doc, list):
-        return [_stable(v) for v in doc]
-    return doc
 
 
 def _root(name: str, tmp: Path) -> str:
-    if name in HWLOC:
-        return str(SYSFS_FIXTURES / f"{name}.tar.bz2")
-    dest = tmp / name
-    if not dest.exists():
-        corpus.build_tree(corpus.load(name), dest)
-    return str(dest)
+    return fakefleet.recorded_root(name, tmp)
 
 
 def _run(argv: list[str]) -> Any:
@@ -87,7 +58,7 @@ def _run(argv: list[str]) -> Any:
 
 def _compare(name: str, doc: Any) -> None:
     path = GOLDEN / f"{name}.json"
-    text = json.dumps(_stable(doc), indent=1, sort_keys=False) + "\n"
+    text = json.dumps(stable(doc), indent=1, sort_keys=False) + "\n"
     if WRITE:
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text)
@@ -107,41 +78,8 @@ def test_document_is_unchanged(command: str, machine: str, trees: Path) -> None:
 
 
 @pytest.fixture
-def fake_fleet(trees: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An inventory of FLEET whose SSH transport answers each pull with that machine's recording."""
-    from nodeagent.cluster import ssh
-    from nodeagent.host import open_host
-    from nodeagent.host.local import TreeHost
-    from nodeagent.host.recorder import encode, metadata, record
-
-    class Conn:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def close(self) -> None:
-            return None
-
-    def connection(spec: Any, keys: Any) -> Conn:
-        return Conn(spec.name)
-
-    def open_connection(*args: Any) -> None:
-        return None
-
-    def run(conn: Conn, command: str, timeout: float, stdin: bytes | None = None) -> ssh.Output:
-        spec = json.loads(zlib.decompress(stdin or b""))["spec"]
-        patterns, commands = spec["patterns"], [tuple(c) for c in spec["commands"]]
-        with open_host(_root(FLEET[conn.name], trees)) as host:
-            assert isinstance(host, TreeHost)
-            rec = record(host, patterns, commands)
-            meta = metadata(host, patterns, commands, "")
-        return ssh.Output(encode(rec, meta), b"", 0)
-
-    monkeypatch.setattr(ssh, "connection", connection)
-    monkeypatch.setattr(ssh, "open_connection", open_connection)
-    monkeypatch.setattr(ssh, "run", run)
-    inv = tmp_path / "hosts.yml"
-    inv.write_text(f"hosts: [{', '.join(FLEET)}]\n")
-    yield inv
+def fake_fleet(trees: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    return fakefleet.install(monkeypatch, FLEET, trees, tmp_path / "hosts.yml")
 
 
 def test_cluster_document_is_unchanged(fake_fleet: Path) -> None:

@@ -12,13 +12,14 @@ import yaml
 
 from nodeagent import checks, engine, tuners
 from nodeagent.cli.main import main
-from nodeagent.cluster import fleet
+from nodeagent.compare import fleet
+from nodeagent.compare.values import Value
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
 from nodeagent.gate import schema
 from nodeagent.gate.playbook import BenchSettings, Playbook, list_playbooks, load_playbook
-from nodeagent.gate.thresholds import Value, evaluate
+from nodeagent.gate.thresholds import evaluate
 from nodeagent.host import SnapshotHost
 from tests.helpers import FIXTURE_TREES, REPO, SYSFS_FIXTURES, fixture_host
 

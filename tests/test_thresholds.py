@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from nodeagent.compare.values import Value
 from nodeagent.core.finding import Status
 from nodeagent.gate.thresholds import (
     Threshold,
-    Value,
     as_number,
     evaluate,
     is_absent,

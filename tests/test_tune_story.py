@@ -1,8 +1,8 @@
 """The story `nodeagent tune` and `nodeagent revert` print: one per path, in order (planned,
 applied, read back, measured, kept or reverted, what remains), never a line that a later one
 contradicts. Each path runs the real command line, in-process, on a writable copy of a sysfs tree
-(tests/test_apply_revert.py's node: 4 CPUs, 2 NUMA nodes) or, for --verify, on the fake benchmark
-worker of tests/test_bench_run.py. Also here: `tune --persist` (sysctl.d and TuneD files, journaled
+(tests/sysfs_node.py's node: 4 CPUs, 2 NUMA nodes) or, for --verify, on the fake benchmark
+worker of tests/fake_bench.py. Also here: `tune --persist` (sysctl.d and TuneD files, journaled
 and reverted through the Host), `tune --cluster`'s per-host changes, the shared rank count and
 `nodeagent tuners --params`.
 """
@@ -21,10 +21,9 @@ import pytest
 from nodeagent.bench import verify as bench_verify
 from nodeagent.host import LocalHost
 from nodeagent.host.tree import LiveTree
-from nodeagent.render import tune_story
 from nodeagent.tuning import journal, profile
-from tests.test_apply_revert import THP, build_node, contents, shown_by_kernel
-from tests.test_bench_run import use_fake_worker
+from nodeagent.tuning import story as tune_story
+from tests.sysfs_node import THP, build_node, contents, shown_by_kernel
 
 # The parts of the story, in the order they may appear.
 ORDER = (
@@ -202,11 +201,6 @@ def test_apply_partly_failing_verification(
     assert "use:" not in "\n".join(lines)  # no profile was written: nothing to run jobs with
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return use_fake_worker(tmp_path, monkeypatch)
-
-
 def verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     code, out = nodeagent(capsys, "tune", "--apply", "--verify", "--quick", *args)
     lines = story_of(out)
@@ -214,7 +208,7 @@ def verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[st
     return code, lines
 
 
-def test_apply_verify_kept(capsys: pytest.CaptureFixture[str], fake: Path) -> None:
+def test_apply_verify_kept(capsys: pytest.CaptureFixture[str], fake_worker: Path) -> None:
     code, lines = verify(capsys, "--only", "tf-threads,tf-data")
     assert code == bench_verify.EXIT_KEPT
     (j,) = journal.all_journals()
@@ -229,9 +223,9 @@ def test_apply_verify_kept(capsys: pytest.CaptureFixture[str], fake: Path) -> No
     assert profile.profile_path("default").exists()  # the profile the story tells to use is there
 
 
-def test_apply_verify_reverted(capsys: pytest.CaptureFixture[str], fake: Path) -> None:
-    """The issue's case: it used to say "dry run", then revert, then "applied" and "run jobs with
-    `nodeagent exec --profile default`", a profile the revert had just removed."""
+def test_apply_verify_reverted(capsys: pytest.CaptureFixture[str], fake_worker: Path) -> None:
+    """A verify that reverts: it used to say "dry run", then revert, then "applied" and "run jobs
+    with `nodeagent exec --profile default`", a profile the revert had just removed."""
     code, lines = verify(capsys, "--only", "tf-threads,tf-data", "--set", "tf-threads.intra_op=1")
     assert code == bench_verify.EXIT_REVERTED
     (j,) = journal.all_journals()
@@ -246,7 +240,7 @@ def test_apply_verify_reverted(capsys: pytest.CaptureFixture[str], fake: Path) -
 
 
 def test_apply_verify_benchmark_failed(
-    capsys: pytest.CaptureFixture[str], fake: Path, monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], fake_worker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_FAIL_WHEN_TUNED", "crashed under the profile")
     code, lines = verify(capsys, "--only", "tf-threads")
@@ -567,13 +561,13 @@ def test_fleet_table_output_renders_the_changes(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, state: Path
 ) -> None:
     from nodeagent.cli.main import _fleet_tune_section
-    from nodeagent.cluster import command
+    from nodeagent.cli.options import emit_fleet
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
 
     doc = {"status": "OK", "exit_code": 0, **tune_doc(capsys, build_node(tmp_path / "n1"))}
     report = FleetReport.build({"n1": HostOutcome("n1", "10.0.0.1", doc)}, 1.0, compare=False)
-    command.emit(report, "table", [_fleet_tune_section(report)])
+    emit_fleet(report, "table", [_fleet_tune_section(report)])
     out = capsys.readouterr().out
     assert "planned changes per host" in out
     assert "n1: 3 change(s)" in out

@@ -26,7 +26,6 @@ import collections
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -48,7 +47,7 @@ WORKER = "nodeagent.bench.worker"
 # TF Profiler's input-pipeline analysis calls a step "HIGHLY input-bound" above 20% of its time
 # waiting for input and "MODERATELY" above 5% (kHighlyInfeedBoundThresholdInPercent in
 # tensorflow/core/profiler/convert/op_stats_to_input_pipeline_analysis.cc;
-# https://www.tensorflow.org/guide/profiler#input_pipeline_analyzer); the issue asks for 20-30%,
+# https://www.tensorflow.org/guide/profiler#input_pipeline_analyzer); the red flag is 20-30%,
 # and 25% keeps a margin above the profiler's line for the noise of a host-side timer.
 INPUT_BOUND = 0.25
 GUIDE = "https://www.tensorflow.org/guide/data_performance"
@@ -59,9 +58,8 @@ THREAD_PREFIXES = ("TF_NUM_", "MKL_")
 THREAD_VARS = ("OMP_NUM_THREADS",)
 HOOK_VARS = ("NODEAGENT_TF_DATA_OPTIONS", "NODEAGENT_CPU_DMA_LATENCY_FD")
 TAIL_LINES = 25
-PROC_STAT = "/proc/stat"
 # Other processes taking more than this share of the machine's CPU time during a config's run make
-# its figures suspect: the issue asks for intervals within 3% of the median, and a neighbour using
+# its figures suspect: intervals must be within 3% of the median, and a neighbour using
 # 5% of the CPUs can move a CPU-bound throughput by about that much on its own.
 BUSY_SHARE = 0.05
 
@@ -96,7 +94,7 @@ class Sizes:
         )
 
 
-# quick: CI smoke runs (the issue: <= 60 s), one process per config; at least stats.MIN_SAMPLES
+# quick: CI smoke runs (<= 60 s), one process per config; at least stats.MIN_SAMPLES
 # repeats, or no verdict could ever be significant.
 # full: 5 processes per config. Measured on the 2-CPU VM this was written on, with nothing else
 # running: the repeats of one process differ by 4-8% (CV), processes of the same config by 2-10%,
@@ -350,22 +348,31 @@ def parse_result(stdout: str) -> dict[str, Any]:
 
 
 def _busy_cpu_s() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (/proc/stat "cpu" line: user, nice,
-    system, irq, softirq, steal; proc(5)); steal counts: the hypervisor gave our vCPU to another."""
+    """CPU seconds the whole machine has spent busy since boot: user, nice, system, irq, softirq and
+    steal (the hypervisor gave our vCPU to another), from psutil's reading of /proc/stat (proc(5);
+    guest time is already inside user). None where the platform does not report them."""
+    import psutil
+
     try:
-        with open(PROC_STAT) as f:
-            fields = f.readline().split()
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
-    except (OSError, ValueError, IndexError):
+        t = psutil.cpu_times()
+    except (OSError, RuntimeError):
         return None
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return float(
+        t.user
+        + t.nice
+        + t.system
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )
 
 
 def _own_cpu_s() -> float:
     """CPU seconds of this process and of its finished children (the worker, once reaped)."""
-    me = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    import psutil
+
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system + t.children_user + t.children_system)
 
 
 def interference(busy_s: float, ours_s: float, wall_s: float, cpus: int) -> float:
@@ -649,7 +656,7 @@ def run_bench(
                 continue
             argv = exec_argv(profile_name, argv)
         specs.append(Spec(name, argv, env))
-    # Quick mode is a smoke test with a time budget (the issue: a minute): disturbed processes are
+    # Quick mode is a smoke test with a time budget (a minute): disturbed processes are
     # reported in the notes, not run again.
     runs = run_specs(specs, sizes.processes, sizes.timeout_s, on_progress, rerun_disturbed=not quick)
     for name in configs:
@@ -679,53 +686,10 @@ def run_bench(
     )
 
 
-# -- showing it ----------------------------------------------------------------------------------
+# -- the configs as table rows (the CLI's table and the TUI's share them) ------------------------
 
 
-class ProgressBar:
-    """A rich progress bar on stderr fed by the workers' `progress` lines (stdout stays for JSON).
-    Refreshed twice a second: on a 2-CPU node a busy renderer would slow the workers it measures."""
-
-    def __init__(self, title: str = "bench") -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
-
-        self.title = title
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            refresh_per_second=2,
-        )
-        self.task = self.progress.add_task(f"{title}: preparing the data set", total=1.0)
-        self.offset = 0.0  # the share of the bar already filled by earlier phases
-        self.share = 1.0  # the share of the bar the current phase fills
-
-    def phase(self, label: str, offset: float, share: float) -> None:
-        """Split the bar between phases (tune --verify: baseline, then tuned)."""
-        self.offset, self.share = offset, share
-        self.progress.update(self.task, description=f"{self.title}: {label}", completed=offset)
-
-    def __call__(self, p: Progress) -> None:
-        of = f" {p.process}/{p.processes}" if p.processes > 1 else ""
-        self.progress.update(
-            self.task,
-            description=f"{self.title}: {p.config}{of} step {p.done}/{p.total}",
-            completed=self.offset + self.share * p.fraction,
-        )
-
-    def __enter__(self) -> ProgressBar:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
-
-
-def _num(v: float | None, fmt: str = "{:.1f}") -> str:
+def shown_number(v: float | None, fmt: str = "{:.1f}") -> str:
     return "-" if v is None else fmt.format(v)
 
 
@@ -755,58 +719,9 @@ def config_rows(configs: Mapping[str, ConfigResult]) -> list[list[str]]:
                 c.status,
                 f"{s.median:.1f}",
                 f"[{s.ci95[0]:.1f}, {s.ci95[1]:.1f}] ±{s.half_width_pct:.1f}%",
-                _num(c.fraction_of_bound, "{:.2f}"),
-                _num(c.input_wait_fraction, "{:.0%}"),
+                shown_number(c.fraction_of_bound, "{:.2f}"),
+                shown_number(c.input_wait_fraction, "{:.0%}"),
                 c.diagnosis or "",
             ]
         )
     return rows
-
-
-def print_table(result: BenchResult) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from nodeagent.render.table import console
-
-    out = console()
-    mode = "quick" if result.quick else "full"
-    s = result.sizes
-    t = Table(
-        title=(
-            f"nodeagent bench ({mode}): images/s, {s.processes} process(es) x {s.repeats} repeats x "
-            f"{s.steps} steps of {s.batch} images {s.image_size}x{s.image_size}"
-        ),
-        title_justify="left",
-    )
-    for col, justify in CONFIG_COLUMNS:
-        t.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
-    for row in config_rows(result.configs):
-        style = {OK: "", FAILED: "bold red", SKIPPED: "dim"}[row[1]]
-        t.add_row(*row, style=style)
-    out.print(t)
-    b = result.bound
-    if b.value is None:
-        out.print("bound: unknown (input_only and compute_only must both run)")
-    else:
-        out.print(
-            f"bound: stage {_num(b.stage)} images/s (min of input_only, compute_only); CPU budget "
-            f"{_num(b.cpu_budget)} images/s ({b.cpus or '?'} CPUs / CPU-s per image of input + compute); "
-            f"fractions are of the smaller, {_num(b.value)}"
-        )
-    for key, v in result.verdicts.items():
-        a, _, ref = key.partition("_vs_")
-        style = {stats.FASTER: "green", stats.SLOWER: "red"}.get(v["verdict"], "yellow")
-        line = Text(f"{a} vs {ref}: ", style="bold")
-        line.append(v["verdict"], style=style)
-        line.append(f" ({v['reason']})")
-        out.print(line)
-    for name in result.failed:
-        c = result.configs[name]
-        tail = next((r.stderr_tail for r in c.runs if r.error), "")
-        out.print(Text(f"{name} failed: {c.reason}", style="bold red"))
-        if tail:
-            out.print(Text(tail, style="dim"))
-    for note in result.notes:
-        out.print(Text(f"note: {note}", style="dim"))
-    out.print(Text(f"{result.duration_s:.0f} s", style="dim"))

@@ -122,7 +122,8 @@ class Summary:
 
     @property
     def half_width_pct(self) -> float:
-        """Half the interval's width as a percentage of the median (the issue's 3% target)."""
+        """Half the interval's width as a percentage of the median (3% is the target: a gain smaller
+        than the interval cannot be shown)."""
         return (self.ci95[1] - self.ci95[0]) / 2 / self.median * 100
 
     def to_dict(self) -> dict[str, Any]:

@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING, Any
 from nodeagent.bench import run, stats
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from nodeagent.core.finding import Finding
     from nodeagent.tuning.apply import ApplyResult
 
@@ -183,39 +181,3 @@ def verify(
     out.notes = run.busy_notes([baseline, tuned])
     out.duration_s = time.monotonic() - start
     return out
-
-
-def print_result(v: VerifyResult) -> None:
-    """The table, the decision and the revert's findings (the TUI and scripts; `nodeagent tune`
-    prints the table only, and the decision in its story)."""
-    from rich.text import Text
-
-    from nodeagent.render.table import console, findings_lines
-
-    out = console()
-    out.print(result_table(v))
-    style = {KEPT: "bold green", REVERTED: "bold red"}.get(v.decision, "bold")
-    out.print(Text(v.reason, style=style))
-    if v.reverted:
-        out.print(findings_lines(v.reverted))
-    for note in v.notes:
-        out.print(Text(f"note: {note}", style="yellow"))
-
-
-def result_table(v: VerifyResult) -> Table:
-    """Baseline and tuned side by side: how each ran, status, median, interval, input wait."""
-    from rich.table import Table
-
-    t = Table(title="nodeagent tune --verify: images/s of the user's pipeline", title_justify="left")
-    for col in ("run", "how", "status", "median", "95% CI", "input wait"):
-        t.add_column(col)
-    how = {
-        "baseline": "python (before applying)",
-        "tuned": "nodeagent exec --profile" if v.tuned_through_exec else "python (after applying)",
-    }
-    for c in (v.baseline, v.tuned):
-        if c is None:
-            continue
-        row = run.config_rows({c.name: c})[0]
-        t.add_row(row[0], how[c.name], row[1], row[2], row[3], row[5])
-    return t

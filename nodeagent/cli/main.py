@@ -14,6 +14,7 @@ from nodeagent.cli.options import (
     Fleet,
     baseline_option,
     cluster_options,
+    emit_fleet,
     format_option,
     ids,
     load_baseline,
@@ -97,52 +98,26 @@ def check(
     differs from the baseline is flagged too. On a terminal, a table of every finding; piped, only
     the findings that need attention, with their fixes (-v: the table).
     """
-    from nodeagent.gate import judge
+    from nodeagent.app import check as checking
     from nodeagent.render import jsonout
 
-    pb = load_playbook(playbook_name)
-    base = load_baseline(baseline_path)
-    selected = judge.selected_checks(pb, ids(only), ids(skip))
+    request = checking.CheckRequest(
+        root,
+        ids(only),
+        ids(skip),
+        timeout,
+        playbook=load_playbook(playbook_name),
+        baseline=load_baseline(baseline_path),
+    )
     inv = fleet.inventory(root)
     if inv is not None:
-        from nodeagent.cluster import command
-        from nodeagent.cluster.runner import CheckJob
-
-        if remote_agent and (pb is not None or base is not None):
-            raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
-        job = CheckJob(
-            selected, judge.check_params(pb, selected), timeout, remote_agent, playbook=pb, baseline=base
-        )
-        lost = judge.lost_hardware(pb)
-        fleet_report = command.run(
-            inv, job, fleet.parallel, fleet.accept_new_host_keys, "check", lost_hardware=lost
-        )
-        sections = []
-        if bandwidth:
-            from nodeagent.cluster import ssh
-            from nodeagent.cluster.bandwidth import measure as bw
-
-            keys = ssh.HostKeys.default(inv.known_hosts, fleet.accept_new_host_keys)
-            bw_params = bw.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
-            measured = bw.measure(inv, keys, bw_params, fleet.parallel)
-            fleet_report.extra = measured.to_dict()
-            fleet_report.extra_status = measured.status()
-            sections.append(measured.render())
-        if not write_outputs(outputs, jsonout.document(fleet_report.to_dict())):
-            command.emit(fleet_report, fmt, sections)
-        sys.exit(fleet_report.exit_code)
+        _check_fleet(inv, request, fleet, remote_agent, bandwidth, bandwidth_mode, min_gbits, fmt, outputs)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
-    with open_root(root) as host:
-        report = judge.run(host, pb, selected, timeout_s=timeout, baseline=base)
-        facts_doc = None
-        if with_facts:
-            from nodeagent.facts import node
-
-            facts_doc = node.collect(host)
-    doc = jsonout.document(judge.document(report, pb, None, None))
-    if facts_doc is not None:
-        doc["facts"] = facts_doc
+    ran = checking.run(request, with_facts)
+    doc = jsonout.document(ran.document)
+    if ran.facts is not None:
+        doc["facts"] = ran.facts
     if write_outputs(outputs, doc):
         pass  # an --output FORMAT:- is what standard output carries
     elif fmt == "json":
@@ -151,10 +126,42 @@ def check(
         from nodeagent.render import table, text
 
         if verbose or table.stdout_is_terminal():
-            table.print_report(report)
+            table.print_report(ran.report)
         else:
             click.echo(text.problems(doc), nl=False)
-    sys.exit(report.exit_code)
+    sys.exit(ran.exit_code)
+
+
+def _check_fleet(
+    inv: Any,
+    request: Any,
+    fleet: Fleet,
+    remote_agent: bool,
+    bandwidth: bool,
+    bandwidth_mode: str,
+    min_gbits: float | None,
+    fmt: str,
+    outputs: tuple[str, ...],
+) -> NoReturn:
+    from nodeagent.app import fleet as fleets
+    from nodeagent.render import jsonout
+    from nodeagent.render.fleet import progress
+
+    bw_params = None
+    if bandwidth:
+        from nodeagent.cluster.bandwidth import measure
+
+        bw_params = measure.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
+    with progress(len(inv.hosts), "check") as on_done:
+        ran = fleets.check(inv, request, fleet.request(), on_done, remote_agent, bw_params)
+    sections = []
+    if ran.bandwidth is not None:
+        from nodeagent.render.bandwidth import render_bandwidth
+
+        sections.append(render_bandwidth(ran.bandwidth))
+    if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
+        emit_fleet(ran.report, fmt, sections)
+    sys.exit(ran.report.exit_code)
 
 
 @cli.command()
@@ -167,10 +174,9 @@ def facts(root: str | None, fmt: str, timeout: float) -> None:
     """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS.
 
     Exit 0; 3 when the facts could not be collected within --timeout (one line on stderr)."""
-    from nodeagent import engine
+    from nodeagent.app.check import facts as collect_facts
 
-    with open_root(root) as host:
-        result = engine.collect_facts(host, timeout_s=timeout)
+    result = collect_facts(root, timeout)
     if result.doc is None:
         click.echo(f"facts: {result.reason}", err=True)
         sys.exit(3)
@@ -356,9 +362,7 @@ def tune(
     disk is full or failing (before the first write: nothing changed; later: every value restored);
     75 another apply/revert holds the state lock (nodeagent/tuning/state.py).
     """
-    from nodeagent import tuners
-    from nodeagent.api.tune import share_layout
-    from nodeagent.host import open_host
+    from nodeagent.app import tune as tuning
 
     inv = fleet.inventory(root)
     if inv is not None:
@@ -374,116 +378,48 @@ def tune(
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
         _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
 
-    if verify:
-        if not do_apply:
-            raise UsageError("--verify measures, applies and measures again: give --apply too")
-        if root is not None:
-            raise UsageError("--verify benchmarks this machine: it cannot be used with --root")
-        _need_tensorflow()
-    elif quick:
-        raise UsageError("--quick sizes the benchmark of --verify: give --apply --verify too")
-    pb = load_playbook(playbook_name)
-    selected = tuners.select(ids(only) or (list(pb.tuners) if pb else []), ids(skip))
-    overrides = _settings(sets)
-    unknown = sorted(set(overrides) - {t.id for t in selected})
-    if unknown:
-        raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
-    from_playbook = pb.tuner_params if pb else {}
-    requested = {t.id: {**from_playbook.get(t.id, {}), **overrides.get(t.id, {})} for t in selected}
-    shared = share_layout(selected, requested, ranks)
-    params = {t.id: t.make_params(shared[t.id]) for t in selected}
-    import contextlib
-
-    from nodeagent.tuning.state import lock
-
-    # --persist reads the persistent files' old content while planning: hold the state lock from
-    # then on, so a concurrent apply cannot change them between that read and the journal.
-    held = lock() if do_apply and persist else contextlib.nullcontext()
-    with held, open_host(root, writable=do_apply and root is not None) as host:
-        plans = [t.run_plan(host, params[t.id]) for t in selected]
-        result = None
-        checked = None
-        persisting = None
-        if persist:
-            from nodeagent.tuning import persist as persist_mod
-
-            runtime = [c for p in plans for c in p.changes]
-            persisting = persist_mod.plan(persist_mod.collect(host), runtime)
-        if do_apply:
-            from nodeagent.tuning import apply
-
-            verifiers = {t.id: t.verify for t in selected if t.verify}
-
-            def apply_now() -> apply.ApplyResult:
-                return apply.apply(host, plans, profile_name, verifiers=verifiers, persisting=persisting)
-
-            if verify:
-                from nodeagent.bench import run
-                from nodeagent.bench import verify as bench_verify
-
-                with run.ProgressBar("tune --verify") as bar:
-                    checked = bench_verify.verify(
-                        apply_now, profile_name, quick, on_progress=bar, on_phase=bar.phase
-                    )
-                result = checked.applied
-            else:
-                result = apply_now()
-    from nodeagent.render.tune_story import tune_story
-
-    story = tune_story(
-        plans, result, checked, do_apply=do_apply, profile_name=profile_name, persisting=persisting
+    request = tuning.TuneRequest(
+        root,
+        ids(only),
+        ids(skip),
+        _settings(sets),
+        ranks,
+        load_playbook(playbook_name),
+        profile_name,
+        persist,
     )
-    _print_tune(host.name, plans, result, fmt, checked, story, persisting)
-    from nodeagent.core.finding import worst
+    tuning.validate(request, do_apply, verify, quick)
+    if verify and do_apply:
+        from nodeagent.render.bench import ProgressBar
 
-    if checked is not None and (checked.exit_code or result is None):
-        sys.exit(checked.exit_code)
-    if result is not None:
-        sys.exit(worst(f.status for f in result.findings).exit_code)
+        with ProgressBar("tune --verify") as bar:
+            ran = tuning.run(request, do_apply, verify, quick, on_progress=bar, on_phase=bar.phase)
+    else:
+        ran = tuning.run(request, do_apply, verify, quick)
+    _print_tune(ran, fmt)
+    if ran.applied is not None or ran.checked is not None:
+        sys.exit(ran.exit_code)
 
 
-def _print_tune(
-    host: str,
-    plans: list[Any],
-    result: Any,
-    fmt: str,
-    checked: Any = None,
-    story: list[str] | None = None,
-    persisting: Any = None,
-) -> None:
+def _print_tune(ran: Any, fmt: str) -> None:
     if fmt == "json":
         from nodeagent.render import jsonout
 
-        doc: dict[str, Any] = {
-            "host": host,
-            "plans": [p.to_dict() for p in plans],
-            "applied": result is not None,
-        }
-        if result is not None:
-            doc["journal"] = result.journal.id if result.journal else None
-            doc["profile"] = str(result.profile_path) if result.profile_path else None
-            doc["verify"] = [f.to_dict() for f in result.findings]
-        if checked is not None:
-            doc["bench_verify"] = checked.to_dict()
-        if persisting is not None:
-            doc["persist"] = persisting.to_dict()
-        doc["story"] = story or []
-        click.echo(jsonout.dumps(doc))
+        click.echo(jsonout.dumps(ran.document()))
         return
     from nodeagent.render import table
+    from nodeagent.render.bench import verify_table
     from nodeagent.render.literal import shown
 
     out = table.console()
-    out.print(table.plan_table(host, plans))
-    if checked is not None:
-        from nodeagent.bench import verify as bench_verify
-
-        out.print(bench_verify.result_table(checked))
-        for note in checked.notes:
+    out.print(table.plan_table(ran.host, ran.plans))
+    if ran.checked is not None:
+        out.print(verify_table(ran.checked))
+        for note in ran.checked.notes:
             out.print(f"note: {shown(note)}", style="yellow")
     out.print()
     # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
-    out.print(table.story_lines(story or []), soft_wrap=True)
+    out.print(table.story_lines(ran.story), soft_wrap=True)
 
 
 @cli.command()
@@ -500,11 +436,10 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
     not restored; 64 bad input or a journal naming a path nodeagent does not write; 74 the state
     disk is full; 75 another apply/revert holds the state lock.
     """
-    from nodeagent.core.finding import worst
     from nodeagent.render import table
     from nodeagent.render.literal import shown
-    from nodeagent.render.tune_story import revert_story
-    from nodeagent.tuning import apply, journal
+    from nodeagent.tuning import journal
+    from nodeagent.tuning.story import revert_story
 
     out = table.console()
     if list_only:
@@ -513,25 +448,11 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
             line = f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}"
             out.print(line, soft_wrap=True)  # one journal per line, also in a pipe
         return
-    if revert_all == bool(journal_id):
-        raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
-    from nodeagent.tuning.state import lock
+    from nodeagent.app import tune as tuning
 
-    with lock():  # no apply or other revert in between (a second one waits, then exit 75)
-        targets = (
-            [j for j in reversed(journal.all_journals()) if j.state != journal.REVERTED]
-            if revert_all
-            else [journal.find(journal_id or "")]
-        )
-        for j in targets:  # a journal naming a path nodeagent does not write: refused before any write
-            apply.check_owned(j)
-        done = []
-        for j in targets:
-            before = j.state
-            done.append((j, before, apply.revert(j)))
-        left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
-    out.print(table.story_lines(revert_story(done, left)), soft_wrap=True)
-    sys.exit(worst(f.status for _, _, findings in done for f in findings).exit_code)
+    reverted = tuning.revert(journal_id, revert_all)
+    out.print(table.story_lines(revert_story(reverted.done, reverted.left)), soft_wrap=True)
+    sys.exit(reverted.exit_code)
 
 
 def _agent_on_fleet(
@@ -544,12 +465,12 @@ def _agent_on_fleet(
 ) -> NoReturn:
     """`nodeagent ARGV --format json` on every host; their documents gathered, side by side.
     `section(report)`, when given, renders what the hosts returned (tune: each host's changes)."""
-    from nodeagent.cluster import command
-    from nodeagent.cluster.runner import EXIT_STATUS, AgentJob
+    from nodeagent.app import fleet as fleets
+    from nodeagent.render.fleet import progress
 
-    job = AgentJob((*argv, "--format", "json"), statuses or EXIT_STATUS)
-    report = command.run(inv, job, fleet.parallel, fleet.accept_new_host_keys, argv[0], compare=False)
-    command.emit(report, fmt, [section(report)] if section is not None and fmt != "json" else ())
+    with progress(len(inv.hosts), argv[0]) as on_done:
+        report = fleets.on_agents(inv, argv, fleet.request(), statuses, on_done)
+    emit_fleet(report, fmt, [section(report)] if section is not None and fmt != "json" else ())
     sys.exit(report.exit_code)
 
 
@@ -559,7 +480,7 @@ def _fleet_tune_section(report: Any) -> Any:
     from rich.console import Group
     from rich.text import Text
 
-    from nodeagent.render.tune_story import fleet_changes
+    from nodeagent.tuning.story import fleet_changes
 
     docs = {name: o.doc or {} for name, o in report.outcomes.items() if o.ok}
     lines = fleet_changes(docs)
@@ -568,30 +489,6 @@ def _fleet_tune_section(report: Any) -> Any:
         style = "" if line.startswith(" ") else "bold"
         parts.append(Text(line, style=style))
     return Group(*parts)
-
-
-def _bench_document(bench: dict[str, Any]) -> dict[str, Any]:
-    """A benchmark as a run document (nodeagent/render/report.schema.json): no checks, the bench."""
-    import socket
-    import time
-
-    return {
-        "host": socket.gethostname(),
-        "status": "OK" if all(c["status"] != "failed" for c in bench["configs"].values()) else "FAIL",
-        "started": time.time() - bench["duration_s"],
-        "duration_s": bench["duration_s"],
-        "checks": [],
-        "findings": [],
-        "bench": bench,
-    }
-
-
-def _need_tensorflow() -> None:
-    """TensorFlow runs only in the benchmark's workers: look for it without importing it."""
-    import importlib.util
-
-    if importlib.util.find_spec("tensorflow") is None:
-        raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
 
 
 @cli.command()
@@ -626,32 +523,25 @@ def bench(
     Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
     64 bad input or TensorFlow missing.
     """
-    pb = load_playbook(playbook_name)
-    if pb is not None:  # the playbook's settings, where the command line says nothing
-        quick = quick or pb.bench.quick
-        repeats = repeats or pb.bench.repeats
-        processes = processes or pb.bench.processes
+    from nodeagent.app import bench as benching
+    from nodeagent.render import jsonout
+    from nodeagent.render.bench import ProgressBar, print_table
+
+    request = benching.BenchRequest(quick, profile_name, repeats, processes)
+    request = request.with_playbook(load_playbook(playbook_name))
     inv = fleet.inventory()
     if inv is not None:
-        argv = ["bench", "--profile", profile_name]
-        argv += ["--quick"] if quick else []
-        argv += [f"--repeats={repeats}"] if repeats else []
-        argv += [f"--processes={processes}"] if processes else []
         # bench exits 1 when a configuration failed: that host's result is a failure.
-        _agent_on_fleet(inv, argv, fleet, fmt, {0: "OK", 1: "FAIL"})
-    _need_tensorflow()
-    from nodeagent.bench import run
-
-    with run.ProgressBar() as bar:
-        result = run.run_bench(quick, profile_name, repeats, processes, on_progress=bar)
-    from nodeagent.render import jsonout
-
-    if write_outputs(outputs, jsonout.document(_bench_document(result.to_dict()))):
+        _agent_on_fleet(inv, request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
+    benching.need_tensorflow()
+    with ProgressBar() as bar:
+        result = benching.run(request, on_progress=bar)
+    if write_outputs(outputs, jsonout.document(benching.document(result))):
         pass  # an --output FORMAT:- is what standard output carries
     elif fmt == "json":
         click.echo(jsonout.dumps(result.to_dict()))
     else:
-        run.print_table(result)
+        print_table(result)
     sys.exit(1 if result.failed else 0)
 
 
@@ -703,10 +593,6 @@ def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name
     """The interactive TUI: overview, checks, topology, tune, benchmark and cluster screens.
 
     With --playbook, its checks, parameters and thresholds, its tuners, and its benchmark settings."""
-    import importlib.util
-
-    if importlib.util.find_spec("textual") is None:
-        raise UsageError("the TUI needs Textual: pip install 'nodeagent[tui]'")
     if root is not None:
         open_root(root).close()  # a bad --root is a usage error here, not a broken screen
     if cluster is not None:

@@ -14,6 +14,8 @@ from nodeagent.cluster import DEFAULT_PARALLEL
 from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
+    from nodeagent.app.fleet import FleetRequest
+    from nodeagent.cluster.report import FleetReport
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
@@ -96,11 +98,14 @@ class Fleet:
     parallel: int
     accept_new_host_keys: bool
 
+    def request(self) -> FleetRequest:
+        from nodeagent.app.fleet import FleetRequest
+
+        return FleetRequest(self.cluster, self.hostlist, self.limit, self.parallel, self.accept_new_host_keys)
+
     def inventory(self, root: str | None = None) -> Any:
         """The inventory when --cluster or --hosts was given, else None."""
-        from nodeagent.cluster import command
-
-        inv = command.load(self.cluster, self.hostlist, self.limit)
+        inv = self.request().inventory()
         if inv is not None and root is not None:
             raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
         return inv
@@ -160,3 +165,16 @@ def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> bool:
     from nodeagent.render import outputs as out
 
     return out.write_outputs(out.parse_outputs(outputs), doc)
+
+
+def emit_fleet(report: FleetReport, fmt: str, sections: Sequence[Any] = ()) -> None:
+    """The fleet's JSON document, or its tables with `sections` (bandwidth, tune changes) after them."""
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(report.to_dict()))
+    else:
+        from nodeagent.render.fleet import render
+        from nodeagent.render.table import console
+
+        console().print(render(report, list(sections)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,20 +11,16 @@ import click
 
 from nodeagent.cli.options import (
     baseline_option,
+    emit_fleet,
     format_option,
     load_baseline,
     load_playbook,
-    open_root,
     output_option,
     root_option,
     verbose_option,
     write_outputs,
 )
 from nodeagent.core.errors import UsageError
-
-# Exit code of a refused node whose worst status has no code of its own (WARN under --fail-on warn
-# uses WARN's 1): the others are the worst status's code, 2 FAIL and 3 UNKNOWN, as for `check`.
-EX_REFUSED = 1
 
 
 @click.command()
@@ -74,19 +71,14 @@ def preflight(
     every output says how long each check took. Exit codes: 0 allowed; refused: 1 WARN (with
     --fail-on warn), 2 FAIL, 3 UNKNOWN (a check crashed or was cut at the budget); 64 bad input.
     """
-    from nodeagent.gate import judge
+    from nodeagent.app import preflight as gate
+    from nodeagent.app.check import CheckRequest
     from nodeagent.render import jsonout
 
-    pb = load_playbook(playbook_name)
-    assert pb is not None
-    base = load_baseline(baseline_path)
-    budget_s = budget if budget is not None else (pb.budget_s or judge.DEFAULT_BUDGET_S)
-    decide_on = fail_on or pb.fail_on
-    selected = judge.selected_checks(pb, [], [])
-    with open_root(root) as host:
-        report = judge.run(host, pb, selected, timeout_s=budget_s, budget_s=budget_s, baseline=base)
-    v = judge.verdict(report, decide_on)
-    doc = jsonout.document(judge.document(report, pb, budget_s, v))
+    request = CheckRequest(root, playbook=load_playbook(playbook_name), baseline=load_baseline(baseline_path))
+    gated = gate.run(replace(request, budget_s=budget), fail_on)
+    report, v = gated.report, gated.verdict
+    doc = jsonout.document(gated.document)
     if write_outputs(outputs, doc):
         pass  # an --output FORMAT:- is what standard output carries
     elif fmt == "json":
@@ -104,8 +96,7 @@ def preflight(
             table.print_report(report, durations=True, after=[Text(text.verdict_line(doc, v.to_dict()))])
         else:  # piped: the problems with their fixes, the counts and the verdict
             click.echo(text.problems(doc), nl=False)
-    if not v.allowed:
-        sys.exit(report.status.exit_code or EX_REFUSED)
+    sys.exit(gated.exit_code)
 
 
 @click.group(invoke_without_command=True)
@@ -157,42 +148,21 @@ def baseline() -> None:
 @click.option("--accept-new-host-keys", is_flag=True, help="With --cluster: as for `check --cluster`.")
 def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_host_keys: bool) -> None:
     """Save this node's (or the fleet's) facts and check values as the baseline in PATH."""
-    from nodeagent import checks, engine
-    from nodeagent.cluster import fleet as fleet_values
-    from nodeagent.gate import baseline as baselines
+    from nodeagent.app import baseline as baselines
+    from nodeagent.app.fleet import FleetRequest
 
-    if cluster is not None:
-        if root is not None:
-            raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
-        from nodeagent.cluster import DEFAULT_PARALLEL, command
-        from nodeagent.cluster.runner import CheckJob
+    fleet = FleetRequest(cluster, accept_new_host_keys=accept_new_host_keys) if cluster else None
+    if fleet is not None and root is not None:
+        raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
+    inv = fleet.inventory() if fleet is not None else None
+    if inv is not None:
+        from nodeagent.render.fleet import progress
 
-        inv = command.load(cluster, None, None)
-        assert inv is not None
-        report = command.run(
-            inv, CheckJob(checks.select()), DEFAULT_PARALLEL, accept_new_host_keys, "baseline"
-        )
-        failed = [o.name for o in report.outcomes.values() if not o.ok]
-        if failed:
-            raise UsageError(
-                f"no result from {', '.join(failed)}: a baseline needs every host; fix or --limit them"
-            )
-        values = {
-            name: fleet_values.host_values(o.facts, (o.doc or {}).get("findings", []))
-            for name, o in report.outcomes.items()
-        }
-        source = cluster
+        with progress(len(inv.hosts), "baseline") as on_done:
+            saved = baselines.save(path, root, fleet, on_done)
     else:
-        from nodeagent.gate import judge
-
-        with open_root(root) as host:
-            rep = engine.run_report(host, checks.select())
-            values = {host.name: judge.values_of(host, rep)}
-        source = root or "this machine"
-    baselines.save(values, path, source)
-    click.echo(
-        f"wrote {path}: {len(values)} host(s), {sum(len(v) for v in values.values())} values from {source}"
-    )
+        saved = baselines.save(path, root)
+    click.echo(f"wrote {path}: {saved.hosts} host(s), {saved.values} values from {saved.source}")
 
 
 @click.group()
@@ -207,7 +177,6 @@ def report() -> None:
 def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...]) -> None:
     """Combine per-node results (files, or folders of *.json) into the fleet view: every node's
     status, drift and outliers. Exit code: the worst over the nodes."""
-    from nodeagent.cluster import command
     from nodeagent.cluster.merge import merge_reports
 
     merged = merge_reports(list(paths))
@@ -218,7 +187,7 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...]) ->
 
         to_stdout = write_outputs(outputs, jsonout.document(merged.to_dict()))
     if not to_stdout:  # an --output FORMAT:- is what standard output carries
-        command.emit(merged, fmt, [f"note: {n}" for n in notes])
+        emit_fleet(merged, fmt, [f"note: {n}" for n in notes])
     sys.exit(merged.exit_code)
 
 

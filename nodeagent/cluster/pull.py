@@ -1,5 +1,5 @@
 """The agentless pull: one SSH command that records a node with its own python3 and streams the
-snapshot back, so the checks run centrally on exactly what they declare (DESIGN: "Snapshot").
+snapshot back, so the checks run centrally on exactly what they declare.
 
 The node needs no nodeagent: the command carries the recorder's own sources (nodeagent.host.recorder
 and the host modules it stands on, all standard library only), compressed into one argument, and a

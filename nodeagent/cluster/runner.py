@@ -174,7 +174,7 @@ class CheckJob:
             report = engine.run_report(host, self.checks, self.params, timeout_s=self.timeout_s, workers=1)
             facts = node.collect(host)
             if self.playbook is not None or self.baseline is not None:
-                from nodeagent.cluster import fleet
+                from nodeagent.compare import fleet
                 from nodeagent.gate import judge
 
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])

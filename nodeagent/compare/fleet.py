@@ -19,293 +19,31 @@ its facts document and its check findings), then `compare` reports
   When MAD is 0 more than half the hosts share the median exactly, so every host that differs is
   already drift; no outlier is reported then (its score would be infinite).
 
-Flattening leaves out what differs between hosts or moments by nature (EXCLUDED_KEYS,
-EXCLUDED_VALUES, and the host's own name, replaced by "<host>" wherever it is quoted), otherwise
-every run would report every node.
+The flattening (`host_values`) is nodeagent.compare.values: the same keys judge a node against a
+playbook's thresholds and a baseline.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, TypeAlias, TypeGuard
+from typing import Any, TypeGuard
 
-from rich import box
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
+from nodeagent.compare import hardware
+from nodeagent.compare.values import FLEET_CHECK_ID, HOST_PLACEHOLDER, Value, host_values, parse_number
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
-from nodeagent.facts.system import parse_cmdline
-from nodeagent.gate import hardware
-from nodeagent.render.literal import lits
 
-Value: TypeAlias = str | int | float | bool | None
+__all__ = ["FLEET_CHECK_ID", "HOST_PLACEHOLDER", "Value", "host_values", "parse_number"]
 
 # Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks a potential outlier (NIST e-Handbook 1.3.5.17).
 THRESHOLD = 3.5
 MAD_TO_Z = 0.6745  # the standard normal's 0.75 quantile: E[MAD] = 0.6745 sigma for normal data
 MIN_HOSTS = 3  # with 2 values the median sits halfway and both scores are +-0.6745: nobody stands out
 
-# --- What naturally differs, left out of the comparison --------------------------------------------
-# Searched (case-insensitive) in every flattened key at every level of nesting, so that a match on a
-# list entry ("nics[veth1a2b]") drops the whole entry. Keys look like "dmi.bios_version",
-# "nics[eth0].speed_mbps" (facts) or "check.nic.eth0./sys/class/net/eth0/speed" (findings).
-EXCLUDED_KEYS: tuple[str, ...] = (
-    # Who the host is and how it was reached.
-    r"^(host|source)$",
-    r"(^|[./ ])(hostname|nodename|fqdn)$",
-    # When the run happened and how long it took.
-    r"(^|[./ ])(timestamp|time|started|finished|duration|duration_s|elapsed|uptime|boot_id)$",
-    # Identities of parts: MAC addresses (sysfs-class-net "address"), serial numbers, UUIDs,
-    # InfiniBand GUIDs and GIDs, asset tags.
-    r"(^|[./ _])(mac|macaddr|mac_address|hwaddr|perm_addr|permaddr)$",
-    r"/sys/class/net/[^/]+/address$",
-    r"serial|uuid|guid|/gids/|asset_tag",
-    # The boot line's per-host parameters (root and resume devices by UUID, the node's address).
-    # Facts compare the boot line parameter by parameter (kernel.cmdline.<name>); the whole line a
-    # check quotes as evidence would differ on every host through root=UUID=.
-    r"^kernel\.cmdline\.(root|resume|ip|hostname|nfsroot)$",
-    r"(^|\.)/proc/cmdline$",
-    # One process, one login or one job rather than the node: /proc/<pid>/, findings about
-    # "pid 1234", the cgroup the checker's SSH session or batch job runs in (session-42.scope,
-    # user-1000.slice, job_1234, torque/513099), and the size of the process table.
-    r"/proc/\d+(/|$| )",
-    r"/proc/(self|thread-self)/(cgroup|cpuset|mountinfo)",
-    r"(^|\.)pid \d+(\.|$)",
-    r"(^|[._ ])pids?$",
-    r"(/sys/fs/cgroup|/dev/cpuset)/\S*\d",
-    r"(^|\.)/proc$",
-    # What is in use at this moment rather than configured: available memory, free/reserved/surplus
-    # huge pages (a node's per_node pairs are (total, free); the hugepages check's per-node evidence
-    # keeps the totals), traffic and error counters.
-    r"(^|\.)(available_mib|free|reserved|surplus)$",
-    r"\.per_node\.",
-    r"/(free|resv|surplus)_hugepages$",
-    r"/statistics/|/(hw_)?counters/",
-    r"(^|[./ _])(rx|tx)_(packets|bytes|errors|dropped)$",
-    # Readings of the moment rather than configuration: the gpu check's temperatures, margin to the
-    # slowdown temperature and clock event reasons (NVML says "GPU idle" whenever no job runs:
-    # https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
-    r"temperature|slowdown margin|clock event reasons",
-    # Virtual interfaces created per container or VM under random names (veth1a2b3c, cali..., tap...).
-    r"(nics\[|/sys/class/net/)(veth|cali|tap|vnet|docker|br-|cni|flannel|vxlan)",
-)
-# Values that identify one part wherever they are quoted (searched in string values).
-EXCLUDED_VALUES: tuple[str, ...] = (
-    r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b",  # UUIDs (RFC 9562 text form)
-    r"\b[0-9a-f]{2}(:[0-9a-f]{2}){5,}\b",  # MAC and InfiniBand hardware addresses
-)
-_EXCLUDED_KEY = re.compile("|".join(f"(?:{r})" for r in EXCLUDED_KEYS), re.IGNORECASE)
-_EXCLUDED_VALUE = re.compile("|".join(f"(?:{r})" for r in EXCLUDED_VALUES), re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _key_excluded(key: str) -> bool:
-    """Whether a key is left out. Remembered: the hosts of a fleet share nearly all their keys, and
-    the alternation above costs more than the rest of flattening."""
-    return _EXCLUDED_KEY.search(key) is not None
-
-
-HOST_PLACEHOLDER = "<host>"
-FLEET_CHECK_ID = "fleet"  # findings of the comparison itself
-
-# A list of dicts is keyed by the first of these fields its entries have ("nics[eth0]"); when that
-# repeats (two ports of one RDMA device) by as many as it takes ("rdma[mlx5_0/1]"), else by position.
-# pci_address keys GPUs the driver has not numbered; size_kb keys huge page pools by page size. Both
-# keep a missing GPU or pool from shifting the positions (and so the keys) of the rest.
-IDENTITY_FIELDS = ("id", "address", "name", "device", "port", "index", "pci_address", "size_kb")
-
-# Evidence numbers with a unit are normalised to the base unit, so "1000 Mb/s" and "1 Gb/s" compare
-# equal. The kernel's "kB" is 1024 bytes (proc(5), /proc/meminfo); Ki/Mi/Gi/Ti are binary and
-# M/G/T with "B" decimal (IEC 80000-13); link rates and frequencies are SI.
-_UNITS: dict[str, float] = {
-    "": 1,
-    "%": 1,
-    "B": 1,
-    "kB": 1024,
-    "KB": 1024,
-    "KiB": 1024,
-    "MiB": 1024**2,
-    "GiB": 1024**3,
-    "TiB": 1024**4,
-    "MB": 1e6,
-    "GB": 1e9,
-    "TB": 1e12,
-    "b/s": 1,
-    "bit/s": 1,
-    "kb/s": 1e3,
-    "Kb/s": 1e3,
-    "Mb/s": 1e6,
-    "Gb/s": 1e9,
-    "Tb/s": 1e12,
-    "Mb/sec": 1e6,
-    "Gb/sec": 1e9,
-    "Mbps": 1e6,
-    "Gbps": 1e9,
-    "MT/s": 1e6,
-    "GT/s": 1e9,
-    "Hz": 1,
-    "kHz": 1e3,
-    "MHz": 1e6,
-    "GHz": 1e9,
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "ms": 1e-3,
-    "s": 1,
-    "sec": 1,
-}
-# A number, an optional unit, and an optional remark in parentheses that is dropped:
-# "40 Gb/sec (4X QDR)" -> 40e9, "512 (free 3)" -> 512 (the free count is the moment's use).
-_NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d()]*)\s*(?:\([^()]*\))?")
-
-
-# --- Flattening one host ---------------------------------------------------------------------------
-
-
-def host_values(facts: Mapping[str, Any] | None, findings: Sequence[Mapping[str, Any]]) -> dict[str, Value]:
-    """One host as comparable keys: facts by path ("nics[eth0].speed_mbps"), the hardware counts
-    derived from them (nodeagent.gate.hardware: "hardware.gpus") and findings as
-    "check.<check_id>.<subject>.status" and "check.<check_id>.<subject>.<evidence key>".
-
-    Lists of dicts are keyed by IDENTITY_FIELDS, lists of scalars joined with ",". Evidence values
-    that are a whole number (optionally with a unit in _UNITS) become floats. An empty subject is
-    "-". When several findings share a check and subject (a GPU's memory and clock findings), the
-    worst status is kept. Keys and values in EXCLUDED_KEYS / EXCLUDED_VALUES are left out, and the
-    host's name (from facts["host"] and the findings' "host") is replaced by "<host>".
-    """
-    out: dict[str, Value] = {}
-    if facts is not None:
-        _flatten("", facts, out)
-        out.update(hardware.counts(facts))
-    _add_findings(findings, out)
-    names = {str(facts.get("host") or "")} if facts is not None else set()
-    names |= {str(f.get("host") or "") for f in findings}
-    scrub = _name_scrubber(names)
-    clean: dict[str, Value] = {}
-    for raw_key, raw_value in out.items():
-        key = scrub(raw_key)
-        value = scrub(raw_value) if isinstance(raw_value, str) else raw_value
-        if isinstance(value, str) and _EXCLUDED_VALUE.search(value):
-            continue
-        if not _key_excluded(key):
-            clean[key] = value
-    return clean
-
-
-def _flatten(prefix: str, obj: Any, out: dict[str, Value]) -> None:
-    if prefix and _key_excluded(prefix):
-        return
-    if prefix == "kernel.cmdline" and isinstance(obj, str):
-        # Parameter by parameter: one changed parameter is one drift, and root=UUID= drops out.
-        obj = {name: value or True for name, value in parse_cmdline(obj).items()}
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    elif isinstance(obj, list | tuple):
-        if obj and all(isinstance(e, Mapping) for e in obj):
-            for (label, used), entry in zip(_labels(obj), obj, strict=True):
-                for k, v in entry.items():
-                    if k not in used:
-                        _flatten(f"{prefix}[{label}].{k}", v, out)
-        elif all(_is_scalar(e) for e in obj):
-            out[prefix] = ",".join(_text(e) for e in obj)
-        else:
-            for i, e in enumerate(obj):
-                _flatten(f"{prefix}[{i}]", e, out)
-    else:
-        out[prefix] = _scalar(obj)
-
-
-def _labels(entries: Sequence[Mapping[str, Any]]) -> list[tuple[str, set[str]]]:
-    """Each entry's label inside the brackets and the identity fields it used: the first identity
-    field, then as many more as it takes to tell the entries apart; positions when nothing does."""
-    fields = [[f for f in IDENTITY_FIELDS if e.get(f) is not None] for e in entries]
-    if all(fields):
-        for n in range(1, max(len(fs) for fs in fields) + 1):
-            labels = ["/".join(_text(e[f]) for f in fs[:n]) for e, fs in zip(entries, fields, strict=True)]
-            if len(set(labels)) == len(labels):
-                return [(label, set(fs[:n])) for label, fs in zip(labels, fields, strict=True)]
-    return [(str(i), set()) for i in range(len(entries))]
-
-
-def _add_findings(findings: Sequence[Mapping[str, Any]], out: dict[str, Value]) -> None:
-    # Worst last, so that it is the status and evidence kept when a check and subject repeat. A
-    # report from a node (--remote-agent, report merge) is data: entries that are not findings
-    # are left out rather than trusted.
-    usable = [f for f in findings if isinstance(f, Mapping)]
-    for f in sorted(usable, key=lambda f: (_rank(f.get("status")), str(f.get("summary", "")))):
-        base = f"check.{f.get('check_id') or '?'}.{f.get('subject') or '-'}"
-        evidence = f.get("evidence")
-        for where, value in evidence.items() if isinstance(evidence, Mapping) else ():
-            out[f"{base}.{where}"] = _evidence_value(value)
-        out[f"{base}.status"] = _text(f.get("status"))
-
-
-def _rank(status: Any) -> int:
-    try:
-        return Status(status).rank
-    except ValueError:
-        return -1
-
-
-# The same readings inside a healthy GPU's evidence text ("A100, 45 C, clocks: GPU idle"; checks/gpu.py).
-READING_PARTS = re.compile(r", -?\d+(?:\.\d+)? C(?=,|$)|, clocks: .*$")
-
-
-def _evidence_value(value: Any) -> Value:
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int | float):
-        return float(value)
-    text = READING_PARTS.sub("", str(value).strip())
-    number = parse_number(text)
-    return text if number is None else number
-
-
-def parse_number(text: str) -> float | None:
-    """The value of "1000", "2048 kB", "16 GT/s", "40 Gb/sec (4X QDR)" in base units; None otherwise."""
-    m = _NUMBER.fullmatch(text.strip())
-    if m is None or m.group(2) not in _UNITS:
-        return None
-    return float(m.group(1)) * _UNITS[m.group(2)]
-
-
-def _is_scalar(v: Any) -> bool:
-    return v is None or isinstance(v, str | int | float | bool)
-
-
-def _scalar(v: Any) -> Value:
-    if v is None or isinstance(v, bool | int | float):
-        return v
-    return str(v).strip()
-
-
-def _text(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return "" if v is None else str(v).strip()
-
-
-def _name_scrubber(names: Iterable[str]) -> Callable[[str], str]:
-    # Names without a letter or shorter than 3 characters ("1", "n1") would also match ordinary
-    # values, so they are left alone. Boundaries: not inside a longer word ("node1" in "node10").
-    usable = sorted((n for n in names if len(n) >= 3 and re.search(r"[A-Za-z]", n)), key=len, reverse=True)
-    if not usable:
-        return lambda s: s
-    pattern = re.compile(
-        r"(?<![\w-])(?:" + "|".join(re.escape(n) for n in usable) + r")(?![\w-])", re.IGNORECASE
-    )
-    return lambda s: pattern.sub(HOST_PLACEHOLDER, s)
-
-
-# --- Comparing hosts -------------------------------------------------------------------------------
+HOSTS_SHOWN = 3  # host names listed per value before "+N more"
 
 
 @dataclass(frozen=True)
@@ -427,7 +165,7 @@ def _is_number(v: Value) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _same(v: Value) -> tuple[str, Any]:
+def same_value(v: Value) -> tuple[str, Any]:
     """What two values must share to be equal: 1 == 1.0, but True is not 1 and "1" is not 1."""
     if isinstance(v, bool):
         return ("bool", v)
@@ -441,7 +179,7 @@ def _same(v: Value) -> tuple[str, Any]:
 def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
     groups: dict[tuple[str, Any], list[str]] = {}
     for host, value in column.items():
-        groups.setdefault(_same(value), []).append(host)
+        groups.setdefault(same_value(value), []).append(host)
     if len(groups) == 1:
         return None
     largest = max(groups.values(), key=len)
@@ -453,7 +191,7 @@ def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
 
 
 def below_majority(cmp: FleetComparison, status: Status = Status.WARN) -> dict[str, list[Finding]]:
-    """Per host, a finding for each hardware count (nodeagent.gate.hardware) below the one a strict
+    """Per host, a finding for each hardware count (nodeagent.compare.hardware) below the one a strict
     majority of the fleet shares: the fleet's own expectation of what a node has (a node of ten
     that shows 7 GPUs where nine show 8 lost one). A host whose count was not read (None) is not
     judged here: that is no evidence of a loss."""
@@ -489,77 +227,8 @@ def _short(d: Drift, host: str, value: float, want: float, hosts: int, status: S
     )
 
 
-# --- Rendering -------------------------------------------------------------------------------------
-
-HOSTS_SHOWN = 3  # host names listed per value before "+N more"
-VALUE_WIDTH = 40  # long values (CPU lists, boot lines) are cut: the JSON output has them whole
-
-
-def render_table(cmp: FleetComparison) -> RenderableType:
-    """A 'drift' table (one row per differing value, with its hosts) and an 'outliers' table, or one
-    line when the fleet agrees. Plain text in the cells, so it reads the same without colour."""
-    if not cmp.drift and not cmp.outliers:
-        return Text(f"fleet: no drift, no outliers across {cmp.hosts} hosts")
-    parts: list[RenderableType] = [
-        Text(f"fleet: {len(cmp.drift)} key(s) drift, {len(cmp.outliers)} outlier(s) across {cmp.hosts} hosts")
-    ]
-    if cmp.drift:
-        parts.append(_drift_table(cmp.drift))
-    if cmp.outliers:
-        parts.append(_outlier_table(cmp.outliers))
-    return Group(*parts)
-
-
-def _drift_table(drift: Sequence[Drift]) -> Table:
-    """Per key: the majority's value and how many hosts have it, then each differing value with
-    its hosts (largest group first). Three columns leave room for long keys at 80 columns."""
-    table = Table(title="drift", title_justify="left", expand=True, box=box.SIMPLE_HEAD)
-    table.add_column("key", overflow="fold", ratio=5)
-    table.add_column("value", overflow="fold", ratio=3)
-    table.add_column("hosts", overflow="fold", ratio=4)
-    for d in drift:
-        groups: dict[tuple[str, Any], list[str]] = {}
-        for host, value in d.hosts.items():
-            groups.setdefault(_same(value), []).append(host)
-        if d.majority_hosts:
-            rows = [(_show(d.majority), f"{d.majority_hosts} hosts (majority)")]
-        else:
-            rows = [("(no majority)", f"{len(d.hosts)} hosts, {len(groups)} values")]
-        for hosts in sorted(groups.values(), key=lambda hs: (-len(hs), hs[0])):
-            rows.append((_show(d.hosts[hosts[0]]), abbreviate(hosts)))
-        for i, (value, hosts_text) in enumerate(rows):
-            table.add_row(*lits(d.key if i == 0 else "", value, hosts_text), end_section=i == len(rows) - 1)
-    return table
-
-
-def _outlier_table(outliers: Sequence[Outlier]) -> Table:
-    table = Table(title="outliers", title_justify="left", expand=True, box=box.SIMPLE_HEAD)
-    table.add_column("key", overflow="fold", ratio=3)
-    table.add_column("host", overflow="fold", ratio=1)
-    table.add_column("value", justify="right")
-    table.add_column("median", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("direction")
-    for o in outliers:
-        table.add_row(*lits(o.key, o.host, _show(o.value), _show(o.median), f"{o.score:+.1f}", o.direction))
-    return table
-
-
 def abbreviate(hosts: Sequence[str], shown: int = HOSTS_SHOWN) -> str:
     """ "h03, h07, h09 +12 more" (all of them when only one more would be hidden)."""
     if len(hosts) <= shown + 1:
         return ", ".join(hosts)
     return f"{', '.join(hosts[:shown])} +{len(hosts) - shown} more"
-
-
-def _show(v: Value) -> str:
-    if v is None:
-        return "(missing)"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.6g}"
-    text = str(v)
-    if text == "":
-        return '""'
-    return text if len(text) <= VALUE_WIDTH else text[: VALUE_WIDTH - 1] + "…"

@@ -3,7 +3,7 @@
 A node that lost a GPU or an HCA shows it first as a count: NHC's check_hw_* and DCGM's expected
 GPU count are built on exactly this (https://github.com/mej/nhc, "Hardware Checks";
 https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html). The counts are
-value keys like any fact (nodeagent.cluster.fleet.host_values adds them), so a playbook states what
+value keys like any fact (nodeagent.compare.fleet.host_values adds them), so a playbook states what
 a node must have (`expect:` or a threshold on `hardware.gpus`), a baseline notices a count that
 changed, and the fleet view shows the node whose count differs from the majority.
 

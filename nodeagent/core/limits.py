@@ -1,5 +1,5 @@
 """Size limits on what nodeagent reads from files and from nodes, so hostile or broken input costs
-an error line rather than the controller's memory (issue 14).
+an error line rather than the controller's memory.
 
 Each limit has a default and an environment variable that raises or lowers it (a whole number;
 MiB where the name says so). A limit reached is one line naming the limit and its variable:

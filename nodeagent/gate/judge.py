@@ -3,7 +3,7 @@
 `run` is what `nodeagent check --playbook` and `nodeagent preflight` share: the playbook's checks
 with its parameters, within a time budget (nodeagent.core.pool: a check still running at the budget,
 or not started by then, is reported UNKNOWN and named, never waited for), then the playbook's
-thresholds and the baseline's comparison on the node's values (nodeagent.cluster.fleet.host_values)
+thresholds and the baseline's comparison on the node's values (nodeagent.compare.fleet.host_values)
 as findings of their own. `verdict` turns the worst status into allowed or refused.
 """
 
@@ -57,7 +57,7 @@ def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
     """The node's comparable values: its facts and its findings, flattened (fleet.host_values).
     No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
     needed it has run it already, and its findings carry what it saw."""
-    from nodeagent.cluster import fleet
+    from nodeagent.compare import fleet
     from nodeagent.facts import node
 
     return fleet.host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])

@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from nodeagent.compare.values import Value
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import Document, Loc, Wording, did_you_mean, parse_document, read_document
 from nodeagent.gate import schema
-from nodeagent.gate.thresholds import Threshold, Value, is_glob
+from nodeagent.gate.thresholds import Threshold, is_glob
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable

@@ -7,7 +7,7 @@ rather than a setting silently ignored. Parameters are checked against the Param
 their check or tuner (`parameters`), name by name, so an error names the parameter's own line;
 nodeagent.gate.playbook finds the check or tuner in its registry.
 
-Value keys are those of nodeagent.cluster.fleet.host_values: the node's facts document
+Value keys are those of nodeagent.compare.fleet.host_values: the node's facts document
 (nodeagent.facts.node) flattened, and "check.<check id>.<subject>.<evidence>". The facts part has a
 known shape: its sections (FACT_SECTIONS), and for the lists of devices, the dataclass each entry
 comes from. That is enough to refuse a misspelt section or field and a range (min/max) on a value
@@ -25,9 +25,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nodeagent.compare import hardware
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import Document, Loc, did_you_mean, show_value
-from nodeagent.gate import hardware
 from nodeagent.gate.thresholds import Threshold
 
 # --- The file ---------------------------------------------------------------------------------------
@@ -107,7 +107,7 @@ class BenchSpec(_Strict):
 
 
 class ExpectSpec(_Strict):
-    """The hardware a node must have (nodeagent.gate.hardware's counts, and check parameters)."""
+    """The hardware a node must have (nodeagent.compare.hardware's counts, and check parameters)."""
 
     gpus: int | None = Field(default=None, ge=0)
     gpu_models: dict[str, int] | None = None
@@ -220,7 +220,7 @@ FACT_SECTIONS = (
     "problems",
     "notes",
 )
-# Counts host_values derives from the facts (nodeagent.gate.hardware): all numbers.
+# Counts host_values derives from the facts (nodeagent.compare.hardware): all numbers.
 HARDWARE_SECTION = "hardware"
 CHECK_SECTION = "check"
 
@@ -436,7 +436,7 @@ _MEMORY = (
 
 
 def expectations(spec: ExpectSpec) -> tuple[list[tuple[str, Threshold]], dict[str, dict[str, Any]]]:
-    """What `expect:` means: thresholds on nodeagent.gate.hardware's counts (each with the field it came
+    """What `expect:` means: thresholds on nodeagent.compare.hardware's counts (each with the field it came
     from, for error locations) and parameters of the checks that judge the rest."""
     at_least: list[tuple[str, str, float | None, str]] = [
         ("gpus", f"{hardware.SECTION}.gpus", spec.gpus, _LOST),

@@ -1,7 +1,7 @@
 """A playbook's thresholds, judged on a node's values: pure, no I/O.
 
 A threshold names one of the node's comparable values (the keys of
-nodeagent.cluster.fleet.host_values: facts such as "hugepages.thp_enabled" and check evidence such
+nodeagent.compare.fleet.host_values: facts such as "hugepages.thp_enabled" and check evidence such
 as "check.kernel.vm.swappiness./proc/sys/vm/swappiness") and the condition it must meet: a range
 (min, max) for numbers, or equals / one_of for any value. `evaluate` gives findings of the check id
 "playbook", so they are reported, gated (nodeagent.gate.judge) and compared across a fleet like any
@@ -36,13 +36,11 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
+from nodeagent.compare import hardware
+from nodeagent.compare.values import Value
 from nodeagent.core.finding import Finding, Status
-from nodeagent.gate import hardware
-
-# As nodeagent.cluster.fleet.Value (not imported from there: fleet pulls in rich's tables).
-Value: TypeAlias = str | int | float | bool | None
 
 CHECK_ID = "playbook"
 # How checks write "nothing there" in their evidence (a sysctl the kernel lacks, an unset variable):
@@ -240,7 +238,7 @@ def _absent(t: Threshold, key: str, values: Mapping[str, Value], host: str) -> F
         summary = f"{key}: not reported by check {check_id}, so {t.expected} cannot be judged"
         return _finding(t, Status.UNKNOWN, summary, evidence, key, host)
     if key.startswith(COUNTS_PREFIX) and not is_glob(key):
-        # A count is absent only where its source was not read (nodeagent.gate.hardware): not zero.
+        # A count is absent only where its source was not read (nodeagent.compare.hardware): not zero.
         summary = f"{key}: not counted (its source was not read), so {t.expected} cannot be judged"
         return _finding(t, Status.UNKNOWN, summary, evidence, key, host)
     status = SEVERITIES[t.when_missing]

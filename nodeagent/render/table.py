@@ -242,7 +242,7 @@ SCOPE_STYLE = {"runtime": "bold", "boot": "yellow", "process": "cyan", "code": "
 def plan_table(host: str, plans: list[Any]) -> Group:
     """The plan: one block per change (target, scope, before, after, why), then each tuner's notes.
     A block rather than a table: values and reasons with URLs are too long for cells. What was done
-    with the plan (dry run, applied, reverted) is the story's (render/tune_story.py), printed after."""
+    with the plan (dry run, applied, reverted) is the story's (tuning/story.py), printed after."""
     parts: list[Any] = [Text(f"nodeagent tune (plan): {host}", style="bold underline")]
     count = 0
     for p in plans:
@@ -270,7 +270,7 @@ def plan_table(host: str, plans: list[Any]) -> Group:
     return Group(*parts)
 
 
-# The style of a story line (render/tune_story.py), by the part of the story it starts with.
+# The style of a story line (tuning/story.py), by the part of the story it starts with.
 STORY_STYLE = {
     "applied:": "bold",
     "kept:": "bold green",

@@ -19,12 +19,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
     from nodeagent.api.tune import Change, Plan
+    from nodeagent.app.check import CheckRequest
+    from nodeagent.app.fleet import FleetRequest
+    from nodeagent.app.tune import TuneRequest
     from nodeagent.bench.run import BenchResult, Progress
     from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
     from nodeagent.core.finding import Finding
     from nodeagent.engine import CheckResult
+    from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
     from nodeagent.tuning.apply import ApplyResult
     from nodeagent.tuning.journal import Journal
@@ -106,23 +110,21 @@ class Backend(Protocol):
 
 @dataclass
 class LocalBackend:
-    """This machine (root None), a recorded snapshot (`root`), and optionally a fleet."""
+    """This machine (root None), a recorded snapshot (`root`), and optionally a fleet: every
+    operation is the application layer's flow (nodeagent.app), as the CLI runs it."""
 
     root: str | None = None
     inventory_path: str | None = None
     profile: str = "default"
     timeout_s: float = 20.0
     playbook: Playbook | None = None  # its checks, parameters and thresholds; tuners; bench settings
-
-    def _host(self) -> Any:
-        from nodeagent.host import open_host
-
-        return open_host(self.root)
+    baseline: Baseline | None = None
 
     @property
     def name(self) -> str:
-        with self._host() as host:
-            return str(host.name)
+        from nodeagent.app.check import node_name
+
+        return node_name(self.root)
 
     @property
     def tune_read_only(self) -> str | None:
@@ -138,52 +140,47 @@ class LocalBackend:
 
     def facts(self) -> dict[str, Any]:
         from nodeagent.facts import node
+        from nodeagent.host import open_host
 
-        with self._host() as host:
+        with open_host(self.root) as host:
             return node.collect(host)
 
-    def checks(self) -> Sequence[Check[Any, Any]]:
-        from nodeagent.gate import judge
+    def _check_request(self, only: Sequence[str] = ()) -> CheckRequest:
+        from nodeagent.app.check import CheckRequest
 
-        return judge.selected_checks(self.playbook, [], [])
+        return CheckRequest(
+            self.root, tuple(only), (), self.timeout_s, playbook=self.playbook, baseline=self.baseline
+        )
+
+    def checks(self) -> Sequence[Check[Any, Any]]:
+        return self._check_request().checks()
 
     def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
-        """The checks as they finish, then the playbook's thresholds (when it has any)."""
-        from nodeagent import engine
-        from nodeagent.gate import judge
+        """The checks as they finish, then the playbook's thresholds and the baseline's comparison."""
+        from nodeagent.app import check
+        from nodeagent.host import open_host
 
-        selected = judge.selected_checks(self.playbook, list(only), [])
-        params = judge.check_params(self.playbook, selected)
-        with self._host() as host:
-            report = engine.Report(host.name)
-            for result in engine.run(host, selected, params, timeout_s=self.timeout_s):
-                report.results.append(result)
-                yield result
-            if self.playbook is not None and self.playbook.thresholds and not only:
-                yield from judge.extra_results(judge.values_of(host, report), self.playbook, None, host.name)
+        with open_host(self.root) as host:
+            yield from check.stream(self._check_request(only), host)
 
-    def _tuners(self) -> list[Any]:
-        from nodeagent import tuners
+    def _tune_request(self) -> TuneRequest:
+        from nodeagent.app.tune import TuneRequest
 
-        return tuners.select(list(self.playbook.tuners) if self.playbook else [], [])
+        return TuneRequest(self.root, playbook=self.playbook, profile=self.profile)
 
     def plans(self) -> list[Plan]:
-        overrides = self.playbook.tuner_params if self.playbook else {}
-        with self._host() as host:
-            return [t.run_plan(host, t.make_params(dict(overrides.get(t.id, {})))) for t in self._tuners()]
+        from nodeagent.app import tune
+
+        return tune.plans(self._tune_request())
 
     def apply(self, plans: list[Plan]) -> ApplyResult:
-        from nodeagent import tuners
-        from nodeagent.tuning import apply
+        from nodeagent.app import tune
 
         if self.tune_read_only:
             from nodeagent.core.errors import UsageError
 
             raise UsageError(self.tune_read_only)
-        wanted = {p.tuner for p in plans}
-        verifiers = {t.id: t.verify for t in tuners.select([], []) if t.id in wanted and t.verify}
-        with self._host() as host:
-            return apply.apply(host, plans, self.profile, verifiers=verifiers)
+        return tune.apply_plans(self._tune_request(), plans)
 
     def saved_profile(self) -> SavedProfile | None:
         from nodeagent.tuning import profile
@@ -192,50 +189,36 @@ class LocalBackend:
         return None if doc is None else SavedProfile(self.profile, profile.profile_path(self.profile), doc)
 
     def journals(self) -> list[Journal]:
-        from nodeagent.tuning import journal
+        from nodeagent.app import tune
 
-        return journal.all_journals()
+        return tune.journals()
 
     def revert(self, journal_id: str) -> list[Finding]:
-        from nodeagent.tuning import apply, journal
+        from nodeagent.app import tune
 
-        return apply.revert(journal.find(journal_id))
+        return [f for _, _, findings in tune.revert(journal_id).done for f in findings]
 
     def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
-        import importlib.util
+        from nodeagent.app import bench
 
-        from nodeagent.bench import run
-        from nodeagent.core.errors import UsageError
-
-        if self.root not in (None, "/"):
-            raise UsageError(
-                f"the benchmark measures the machine it runs on, not a recording ({self.root}): "
-                "start `nodeagent tui` without --root on the node to benchmark it"
-            )
-        if importlib.util.find_spec("tensorflow") is None:
-            raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
-        settings = self.playbook.bench if self.playbook else None
-        repeats = settings.repeats if settings else None
-        processes = settings.processes if settings else None
-        return run.run_bench(quick, self.profile, repeats, processes, on_progress=on_progress)
+        request = bench.BenchRequest(quick, self.profile).with_playbook(self.playbook)
+        return bench.run(request, self.root, on_progress=on_progress)
 
     def inventory(self) -> Inventory:
-        from nodeagent.cluster.inventory import load
         from nodeagent.core.errors import UsageError
 
-        if self.inventory_path is None:
+        inv = self._fleet_request().inventory()
+        if inv is None:
             raise UsageError("no inventory: start with `nodeagent tui --cluster hosts.yml`")
-        return load.load_inventory(Path(self.inventory_path))
+        return inv
+
+    def _fleet_request(self) -> FleetRequest:
+        from nodeagent.app.fleet import FleetRequest
+
+        return FleetRequest(self.inventory_path)
 
     def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
-        import time
+        """The checks of `check --cluster` with the same playbook and baseline on every host."""
+        from nodeagent.app import fleet
 
-        from nodeagent import checks
-        from nodeagent.cluster import DEFAULT_PARALLEL
-        from nodeagent.cluster.report import FleetReport
-        from nodeagent.cluster.runner import CheckJob, run_fleet
-
-        inv = self.inventory()
-        start = time.monotonic()
-        outcomes = run_fleet(inv, CheckJob(checks.select()), DEFAULT_PARALLEL, on_done=on_done)
-        return FleetReport.build(outcomes, time.monotonic() - start)
+        return fleet.check(self.inventory(), self._check_request(), self._fleet_request(), on_done).report

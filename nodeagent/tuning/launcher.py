@@ -47,7 +47,7 @@ RANK_VARS = (
     "MPI_LOCALRANKID",
     "HOROVOD_LOCAL_RANK",
 )
-HOOKS_DIR = Path(__file__).resolve().parent / "hooks"
+HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
 TF_DATA_ENV = "NODEAGENT_TF_DATA_OPTIONS"
 DMA_LATENCY_ENV = "NODEAGENT_CPU_DMA_LATENCY_FD"  # tells the job which fd holds the request
 DMA_LATENCY_DEV = "/dev/cpu_dma_latency"

@@ -1,6 +1,6 @@
 """What measured links say: slow links and slow hosts, as findings (`evaluate`, pure).
 
-Slow links are found against the fleet (median and MAD, nodeagent.cluster.fleet.outliers_in, per
+Slow links are found against the fleet (median and MAD, nodeagent.compare.fleet.outliers_in, per
 tool: an RDMA link and a TCP link are not comparable) and against the playbook's thresholds. A host
 whose measured in- and out-links are all slow is named as the cause, not its links: one bad cable
 slows one direction of one link, a bad host (NIC at a lower speed, a rate limit, a saturated CPU)
@@ -17,9 +17,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from nodeagent.cluster import fleet
 from nodeagent.cluster.bandwidth.plan import Params
 from nodeagent.cluster.bandwidth.report import Link, format_number, link_label
+from nodeagent.compare import fleet
 from nodeagent.core.finding import Finding, Status, worst
 
 __all__ = ["CHECK_ID", "WHOLE_HOST", "attribute", "evaluate"]

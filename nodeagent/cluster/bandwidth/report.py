@@ -1,5 +1,5 @@
 """The results of a bandwidth measurement: each measured direction (Link), and the report of links
-and findings that `nodeagent check --cluster --bandwidth` prints as a table or JSON.
+and findings of `nodeagent check --cluster --bandwidth` (its table is nodeagent.render.bandwidth).
 
 Apart from the measuring and the evaluation because both produce these and the CLI only reads them.
 """
@@ -10,12 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
 from nodeagent.core.finding import Finding, Status, worst
-from nodeagent.render.literal import lits, shown
 
 __all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
 
@@ -58,36 +53,6 @@ class BandwidthReport:
                 "findings": [f.to_dict() for f in self.findings],
             }
         }
-
-    def render(self) -> RenderableType:
-        """A table of links (status in words, so it reads the same without colour), then each finding
-        that needs attention on its own lines."""
-        from nodeagent.render.table import STYLE
-
-        statuses = link_statuses(self.links, self.findings)
-        table = Table(title=f"inter-node bandwidth: {len(self.links)} links", title_justify="left")
-        table.add_column("link", overflow="fold", ratio=1)
-        table.add_column("tool", no_wrap=True)
-        table.add_column("Gbit/s", justify="right", no_wrap=True)
-        table.add_column("latency ms", justify="right", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        for link in self.links:
-            status = statuses[link.label]
-            table.add_row(
-                *lits(link.label, link.tool, format_number(link.gbits_per_s), format_number(link.latency_ms)),
-                Text(status.value, style=STYLE[status]),
-            )
-        parts: list[RenderableType] = [table]
-        for f in sorted(self.findings, key=lambda f: -f.status.rank):
-            line = Text()
-            line.append(f"{f.status.value} ", style=STYLE[f.status])
-            line.append(shown(f"{f.check_id}/{f.subject}: "), style="bold")
-            line.append(shown(f.summary))
-            if f.status not in (Status.OK, Status.SKIPPED) and f.remediation:
-                line.append("\n  fix  ", style="bold")
-                line.append(shown(f.remediation))
-            parts.append(line)
-        return Group(*parts)
 
 
 def link_statuses(links: Sequence[Link], findings: Sequence[Finding]) -> dict[str, Status]:

@@ -3,7 +3,7 @@ bar, then its chart, table and the verdict a keep/revert decision rests on.
 
 The benchmark runs in a thread worker (backend.bench); its progress callback only records the latest
 progress, and a timer draws it twice a second, as the CLI's bar does: on a 2-CPU node a busy
-renderer would slow down the workers it measures (nodeagent.bench.run.ProgressBar)."""
+renderer would slow down the workers it measures (nodeagent.render.bench.ProgressBar)."""
 
 from __future__ import annotations
 

@@ -236,7 +236,7 @@ class ClusterScreen(Screen[None]):
         if self.show_drift:
             if self.report is None:
                 return Text("drift and outliers: shown once every host has answered", style="dim")
-            from nodeagent.cluster.fleet import render_table
+            from nodeagent.render.fleet import render_table
 
             return render_table(self.report.comparison)
         focused = self.focused

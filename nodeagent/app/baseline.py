@@ -1,0 +1,51 @@
+"""Recording a baseline: a known-good node's (or fleet's) comparable values, saved to a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nodeagent.app.fleet import FleetRequest, OnDone
+
+
+@dataclass(frozen=True)
+class Saved:
+    path: Path
+    hosts: int
+    values: int
+    source: str
+
+
+def save(
+    path: Path, root: str | None = None, fleet: FleetRequest | None = None, on_done: OnDone | None = None
+) -> Saved:
+    """Every check's values on this node (or the recording `root`, or every host of `fleet`) in `path`."""
+    from nodeagent.core.errors import UsageError
+    from nodeagent.gate import baseline
+
+    inv = fleet.inventory() if fleet is not None else None
+    values: dict[str, Any]
+    if inv is not None:
+        if root is not None:
+            raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
+        from nodeagent.app.fleet import baseline_values
+
+        assert fleet is not None
+        values = baseline_values(inv, fleet, on_done)
+        source = fleet.cluster or fleet.hostlist or "the fleet"
+    else:
+        values = _node_values(root)
+        source = root or "this machine"
+    baseline.save(values, path, source)
+    return Saved(path, len(values), sum(len(v) for v in values.values()), source)
+
+
+def _node_values(root: str | None) -> dict[str, Any]:
+    from nodeagent import checks, engine
+    from nodeagent.gate import judge
+    from nodeagent.host import open_host
+
+    with open_host(root) as host:
+        rep = engine.run_report(host, checks.select())
+        return {host.name: judge.values_of(host, rep)}

@@ -1,0 +1,248 @@
+"""Tuning a node: the selected tuners' plans (a playbook's tuners and parameters, overrides, one
+rank layout for all), applying them (journal first, read back, optionally kept only when the
+benchmark proves them faster), and reverting journals."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nodeagent.api.tune import Plan, Tuner
+    from nodeagent.bench.run import ProgressFn
+    from nodeagent.bench.verify import VerifyResult
+    from nodeagent.core.finding import Finding
+    from nodeagent.gate.playbook import Playbook
+    from nodeagent.host import Host
+    from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.tuning.journal import Journal
+    from nodeagent.tuning.persist import PersistPlan
+
+PhaseFn = Callable[[str, float, float], None]
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """Which tuners (--only/--skip, else the playbook's), with which parameters, for which node."""
+
+    root: str | None = None
+    only: Sequence[str] = ()
+    skip: Sequence[str] = ()
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # --set, over the playbook's
+    ranks: int | None = None
+    playbook: Playbook | None = None
+    profile: str = "default"
+    persist: bool = False
+
+    def tuners(self) -> list[Tuner[Any, Any]]:
+        from nodeagent import tuners
+
+        return tuners.select(
+            list(self.only) or (list(self.playbook.tuners) if self.playbook else []), self.skip
+        )
+
+    def params(self, selected: Sequence[Tuner[Any, Any]]) -> dict[str, Any]:
+        """Each tuner's parameters: its defaults, the playbook's, then the overrides; the layout
+        parameters (ranks, cpu_only, split_shared_nodes) made one for all (api.tune.share_layout)."""
+        from nodeagent.api.tune import share_layout
+        from nodeagent.core.errors import UsageError
+
+        unknown = sorted(set(self.overrides) - {t.id for t in selected})
+        if unknown:
+            raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
+        from_playbook = self.playbook.tuner_params if self.playbook else {}
+        requested = {t.id: {**from_playbook.get(t.id, {}), **self.overrides.get(t.id, {})} for t in selected}
+        shared = share_layout(selected, requested, self.ranks)
+        return {t.id: t.make_params(shared[t.id]) for t in selected}
+
+
+def plans_on(request: TuneRequest, host: Host) -> list[Plan]:
+    selected = request.tuners()
+    params = request.params(selected)
+    return [t.run_plan(host, params[t.id]) for t in selected]
+
+
+def plans(request: TuneRequest) -> list[Plan]:
+    """The plans for the request's node (a dry run: nothing is written)."""
+    from nodeagent.host import open_host
+
+    with open_host(request.root) as host:
+        return plans_on(request, host)
+
+
+@dataclass
+class TuneRun:
+    """What a tune run planned, applied and measured, and the lines that tell it."""
+
+    host: str
+    plans: list[Plan]
+    applied: ApplyResult | None = None
+    checked: VerifyResult | None = None
+    persisting: PersistPlan | None = None
+    story: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        from nodeagent.core.finding import worst
+
+        if self.checked is not None and (self.checked.exit_code or self.applied is None):
+            return self.checked.exit_code
+        if self.applied is not None:
+            return worst(f.status for f in self.applied.findings).exit_code
+        return 0
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "host": self.host,
+            "plans": [p.to_dict() for p in self.plans],
+            "applied": self.applied is not None,
+        }
+        if self.applied is not None:
+            doc["journal"] = self.applied.journal.id if self.applied.journal else None
+            doc["profile"] = str(self.applied.profile_path) if self.applied.profile_path else None
+            doc["verify"] = [f.to_dict() for f in self.applied.findings]
+        if self.checked is not None:
+            doc["bench_verify"] = self.checked.to_dict()
+        if self.persisting is not None:
+            doc["persist"] = self.persisting.to_dict()
+        doc["story"] = self.story
+        return doc
+
+
+def validate(request: TuneRequest, do_apply: bool, verify: bool, quick: bool) -> None:
+    """The usage errors of a run, found before anything starts (a progress bar, a lock)."""
+    from nodeagent.core.errors import UsageError
+
+    if verify:
+        if not do_apply:
+            raise UsageError("--verify measures, applies and measures again: give --apply too")
+        if request.root is not None:
+            raise UsageError("--verify benchmarks this machine: it cannot be used with --root")
+        from nodeagent.app.bench import need_tensorflow
+
+        need_tensorflow()
+    elif quick:
+        raise UsageError("--quick sizes the benchmark of --verify: give --apply --verify too")
+
+
+def run(
+    request: TuneRequest,
+    do_apply: bool = False,
+    verify: bool = False,
+    quick: bool = False,
+    on_progress: ProgressFn | None = None,
+    on_phase: PhaseFn | None = None,
+) -> TuneRun:
+    """Plan; with `do_apply`, apply (and with `verify`, keep only what the benchmark proves faster)."""
+    from nodeagent.host import open_host
+    from nodeagent.tuning.state import lock
+    from nodeagent.tuning.story import tune_story
+
+    validate(request, do_apply, verify, quick)
+    selected = request.tuners()
+    params = request.params(selected)
+    # --persist reads the persistent files' old content while planning: hold the state lock from
+    # then on, so a concurrent apply cannot change them between that read and the journal.
+    held = lock() if do_apply and request.persist else contextlib.nullcontext()
+    with held, open_host(request.root, writable=do_apply and request.root is not None) as host:
+        out = TuneRun(host.name, [t.run_plan(host, params[t.id]) for t in selected])
+        if request.persist:
+            from nodeagent.tuning import persist
+
+            runtime = [c for p in out.plans for c in p.changes]
+            out.persisting = persist.plan(persist.collect(host), runtime)
+        if do_apply:
+            _apply(request, host, selected, out, verify, quick, on_progress, on_phase)
+    out.story = tune_story(
+        out.plans,
+        out.applied,
+        out.checked,
+        do_apply=do_apply,
+        profile_name=request.profile,
+        persisting=out.persisting,
+    )
+    return out
+
+
+def _apply(
+    request: TuneRequest,
+    host: Host,
+    selected: Sequence[Tuner[Any, Any]],
+    out: TuneRun,
+    verify: bool,
+    quick: bool,
+    on_progress: ProgressFn | None,
+    on_phase: PhaseFn | None,
+) -> None:
+    from nodeagent.tuning import apply
+
+    verifiers = {t.id: t.verify for t in selected if t.verify}
+
+    def apply_now() -> ApplyResult:
+        return apply.apply(host, out.plans, request.profile, verifiers=verifiers, persisting=out.persisting)
+
+    if not verify:
+        out.applied = apply_now()
+        return
+    from nodeagent.bench import verify as bench_verify
+
+    out.checked = bench_verify.verify(
+        apply_now, request.profile, quick, on_progress=on_progress, on_phase=on_phase
+    )
+    out.applied = out.checked.applied
+
+
+def apply_plans(request: TuneRequest, chosen: list[Plan]) -> ApplyResult:
+    """Apply plans already shown (the TUI's selection) on this machine, each tuner's own read-back."""
+    from nodeagent import tuners
+    from nodeagent.host import open_host
+    from nodeagent.tuning import apply
+
+    wanted = {p.tuner for p in chosen}
+    verifiers = {t.id: t.verify for t in tuners.select([], []) if t.id in wanted and t.verify}
+    with open_host(request.root) as host:
+        return apply.apply(host, chosen, request.profile, verifiers=verifiers)
+
+
+def journals() -> list[Journal]:
+    from nodeagent.tuning import journal
+
+    return journal.all_journals()
+
+
+@dataclass
+class RevertRun:
+    """Each journal reverted: the journal, its state before, the findings of restoring it; and how
+    many journals are left unreverted."""
+
+    done: list[tuple[Journal, str, list[Finding]]]
+    left: int
+
+    @property
+    def exit_code(self) -> int:
+        from nodeagent.core.finding import worst
+
+        return worst(f.status for _, _, findings in self.done for f in findings).exit_code
+
+
+def revert(journal_id: str | None, revert_all: bool = False) -> RevertRun:
+    """Restore what the journal `journal_id` (or every journal not yet reverted, newest first) changed."""
+    from nodeagent.core.errors import UsageError
+    from nodeagent.tuning import apply, journal
+    from nodeagent.tuning.state import lock
+
+    if revert_all == bool(journal_id):
+        raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
+    with lock():  # no apply or other revert in between (a second one waits, then exit 75)
+        targets = (
+            [j for j in reversed(journal.all_journals()) if j.state != journal.REVERTED]
+            if revert_all
+            else [journal.find(journal_id or "")]
+        )
+        for j in targets:  # a journal naming a path nodeagent does not write: refused before any write
+            apply.check_owned(j)
+        done = [(j, j.state, apply.revert(j)) for j in targets]
+        left = sum(1 for j in journal.all_journals() if j.state != journal.REVERTED)
+    return RevertRun(done, left)
