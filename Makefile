@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations.
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck
 
-.PHONY: run test test-fast lint typecheck perf fixtures system-packages clean
+.PHONY: run test test-fast dist-check lint typecheck view perf fixtures system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,10 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# TensorFlow (the tf extra: tensorflow-cpu on x86_64) runs the tf.data hook and benchmark tests;
-# the tui extra (Textual, pinned) the TUI's pilot and snapshot tests.
+# TensorFlow (the tf extra: tensorflow-cpu on x86_64) runs the tf.data hook and benchmark tests.
+# Textual, which the TUI tests drive, is in the default install.
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[test,tf,tui]'
+	$(BIN)/pip install --quiet -e '.[test,tf]'
 	touch $@
 
 run: $(VENV)/.installed
@@ -40,28 +40,61 @@ system-packages:
 	  fi; \
 	else echo "not root: skipping Debian packages ($(SYSTEM_PACKAGES)); tests that need them skip"; fi
 
-lint: $(VENV)/.installed-test
+# The installed layout as symlinks: checks/ and tuners/ install as nodeagent.checks / nodeagent.tuners
+# (package-dir mapping), which mypy and import-linter cannot follow through the editable-install
+# import hook. Both read this view instead.
+VIEW := build/view
+view: $(VENV)/.installed-test
+	@rm -rf $(VIEW) && mkdir -p $(VIEW)/nodeagent
+	@for f in nodeagent/*; do ln -s "$$PWD/$$f" $(VIEW)/nodeagent/; done
+	@ln -s "$$PWD/checks" $(VIEW)/nodeagent/checks
+	@ln -s "$$PWD/tuners" $(VIEW)/nodeagent/tuners
+	@ln -s "$$PWD/playbooks" $(VIEW)/nodeagent/playbooks
+	@ln -s "$$PWD/tests" $(VIEW)/tests
+
+# ruff, then the layer rules of [tool.importlinter] in pyproject.toml (faces print; no cycles).
+lint: view
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	cd $(VIEW) && PYTHONPATH="$$PWD" ../../$(BIN)/lint-imports ../../pyproject.toml
 
-# checks/ and tuners/ install as nodeagent.checks / nodeagent.tuners (package-dir mapping), which
-# mypy cannot follow through the editable-install import hook: type-check a symlinked view instead.
-typecheck: $(VENV)/.installed-test
-	@rm -rf build/typecheck && mkdir -p build/typecheck/nodeagent
-	@for f in nodeagent/*; do ln -s "$$PWD/$$f" build/typecheck/nodeagent/; done
-	@ln -s "$$PWD/checks" build/typecheck/nodeagent/checks
-	@ln -s "$$PWD/tuners" build/typecheck/nodeagent/tuners
-	@ln -s "$$PWD/playbooks" build/typecheck/nodeagent/playbooks
-	@ln -s "$$PWD/tests" build/typecheck/tests
-	cd build/typecheck && ../../$(BIN)/mypy --config-file ../../pyproject.toml nodeagent tests
+typecheck: view
+	cd $(VIEW) && ../../$(BIN)/mypy --config-file ../../pyproject.toml nodeagent tests
+
+# pytest-xdist: tests run on as many workers as there are CPUs (PYTEST_WORKERS=0: one process).
+# What two workers must not share (state folders, tmux sessions, SSH clusters' namespaces) is unique
+# per test or per process; tests that cannot be, and modules whose module fixtures are too costly to
+# build on every worker, carry an xdist_group, which loadgroup keeps on one worker (tests/conftest.py).
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
 test: system-packages $(VENV)/.installed-test lint typecheck
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(PYTEST_PARALLEL)
 
 # The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite),
 # stopping at the first failure; no lint, no typecheck. `make test` still runs everything.
 test-fast: $(VENV)/.installed-test
-	$(BIN)/pytest -q -x -m "not slow"
+	$(BIN)/pytest -q -x -m "not slow" $(PYTEST_PARALLEL)
+
+# The package as users get it: `python -m build` makes the sdist and, from it, the wheel; the wheel
+# must hold every package and data file of the tree (tests/wheel_contents.py); installed alone in a
+# clean venv, it must answer --version, check a recorded node (exit 0-3 is the worst status found,
+# a report; anything else fails) and start the TUI headless (tests/tui_smoke.py, run by that venv's
+# python so it imports the installed package, not this tree).
+DIST := build/dist
+DIST_VENV := build/dist-venv
+DIST_ROOT := tests/fixtures/hwloc/40intel64-2g2n4c+pcilocality.tar.bz2
+dist-check: $(VENV)/.installed-test
+	rm -rf $(DIST) $(DIST_VENV)
+	$(BIN)/python -m build --outdir $(DIST) .
+	$(BIN)/python tests/wheel_contents.py $(DIST)
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/pip install --quiet $(DIST)/nodeagent-*.whl
+	$(DIST_VENV)/bin/nodeagent --version
+	@rc=0; $(DIST_VENV)/bin/nodeagent check --root $(DIST_ROOT) || rc=$$?; \
+	  if [ $$rc -gt 3 ]; then echo "dist-check: nodeagent check --root $(DIST_ROOT) failed (exit $$rc)"; exit 1; fi; \
+	  echo "dist-check: nodeagent check --root $(DIST_ROOT) exited $$rc (the worst status above)"
+	$(DIST_VENV)/bin/python tests/tui_smoke.py $(DIST_ROOT)
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.

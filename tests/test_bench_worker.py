@@ -19,6 +19,9 @@ from nodeagent.tuning import launcher
 
 pytestmark = [
     pytest.mark.slow,
+    # One worker under pytest-xdist (--dist loadgroup): the module's fixtures generate the data set
+    # and run every configuration in TensorFlow (most of a minute), which each worker would repeat.
+    pytest.mark.xdist_group(name="bench_worker"),
     pytest.mark.skipif(
         importlib.util.find_spec("tensorflow") is None,
         reason=f"tensorflow is not installed in this environment ({data.INSTALL_HINT})",

@@ -24,12 +24,10 @@ import pytest
 import yaml
 
 from nodeagent.cluster import ssh
-from tests.sshcluster import SSHCluster, ssh_cluster_factory
+from tests.sshcluster import SSHCluster
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
-
-__all__ = ["ssh_cluster_factory"]  # the fixture, used by name
 
 REPO = Path(__file__).resolve().parent.parent
 VM = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"

@@ -1,4 +1,4 @@
-"""Fuzz and fault suite (issue 14, item 5): hostile recordings and malformed configuration files
+"""Fuzz and fault suite: hostile recordings and malformed configuration files
 through the real command line, in a subprocess each, bounded and seeded.
 
 Every input runs `python -m nodeagent ...` in a child process with a 30 s limit; the child's own

@@ -1,4 +1,4 @@
-"""Hostile and broken inputs (issue 14): each limit is one line naming it, exit 64 for a file or a
+"""Hostile and broken inputs: each limit is one line naming it, exit 64 for a file or a
 setting, a FAIL for one host's output, and the controller's memory stays bounded."""
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.gate.playbook import load_playbook
 from nodeagent.host.recorder import PULL_MAGIC
-from tests import sshcluster
 from tests.sshcluster import ClusterFactory
-
-ssh_cluster_factory = sshcluster.ssh_cluster_factory
 
 ALLOWED_EXITS = {0, 1, 2, 3, 64}
 

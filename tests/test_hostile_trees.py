@@ -1,4 +1,4 @@
-"""Hostile recordings (issue 14): each limit of the host side hit by a small input. nodeagent runs in
+"""Hostile recordings: each limit of the host side hit by a small input. nodeagent runs in
 a subprocess with a timeout, so a regression hangs nothing; exit codes are ours (never 70), no
 traceback, and the bounds on wall time are generous (the old behaviour took minutes)."""
 

@@ -13,69 +13,11 @@ from hypothesis import strategies as st
 
 from nodeagent.core.parse import cpulist, format_cpulist
 from nodeagent.facts import ranks
-from nodeagent.facts.cgroup import CgroupCpus
-from nodeagent.facts.ranks import SOURCE_NUMA, SOURCE_SMI, SOURCE_SYSFS, GpuPlace, RankFacts, RankLayout
-from nodeagent.facts.topology import NumaNode, Topology
+from nodeagent.facts.ranks import SOURCE_NUMA, SOURCE_SMI, SOURCE_SYSFS, GpuPlace, RankLayout
 from nodeagent.host import SnapshotHost
 from tests.fuzzing import GARBAGE, FuzzHost
-from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, nvidia_smi_text, pci_tree
-
-A100 = "topo-m-dgx-a100.txt"
-DGX1 = "topo-m-dgx1-pcie.txt"
-SMI_CMD = "nvidia-smi-topo-m"
-
-
-def smi_host(tmp_path: Path, name: str) -> SnapshotHost:
-    """A snapshot holding only commands/nvidia-smi-topo-m.txt (the recorded fixture, read at test time)."""
-    return make_tree(tmp_path, {}, commands={SMI_CMD: nvidia_smi_text(name)})
-
-
-def hand_facts(
-    nodes: dict[int, str],
-    *,
-    siblings: dict[int, int] | None = None,
-    gpus: list[GpuPlace] | None = None,
-    cpuset: str | None = None,
-    quota: float | None = None,
-    memory_mib: dict[int, int] | None = None,
-    smt_known: bool = True,
-) -> RankFacts:
-    """RankFacts built by hand: `nodes` {node: "0-3"}, `siblings` {cpu: core} (default: a core per CPU)."""
-    node_cpus = {n: cpulist(spec) for n, spec in nodes.items()}
-    online = sorted(c for cpus in node_cpus.values() for c in cpus)
-    core_of = dict(siblings) if siblings is not None else {c: c for c in online}
-    if not smt_known:
-        core_of = {}
-    topo = Topology(
-        cpus_online=online,
-        cpus_offline=[],
-        packages=len(nodes),
-        cores=len(set(core_of.values())),
-        threads_per_core=1,
-        numa_nodes=[NumaNode(n, cpus, (memory_mib or {}).get(n)) for n, cpus in node_cpus.items()],
-        gpu_memory_nodes=[],
-        ignored_numa_nodes={},
-        cpu_model=None,
-        smt_control=None,
-        memory_total_mib=sum((memory_mib or {}).values()) or None,
-        cpu_package=dict.fromkeys(online, 0),
-        core_of=core_of,
-        problems=[],
-    )
-    cg = CgroupCpus(
-        affinity=None,
-        mems_allowed=None,
-        cpuset=None if cpuset is None else cpulist(cpuset),
-        cpuset_source=None if cpuset is None else "/sys/fs/cgroup/job/cpuset.cpus.effective",
-        quota_cpus=quota,
-        quota_source=None if quota is None else "/sys/fs/cgroup/job/cpu.max",
-        online=online,
-        cpu_version=2,
-        cpuset_version=2,
-        cgroup_paths={},
-        namespace_root=False,
-    )
-    return RankFacts(topology=topo, cpus=cg, gpus=gpus or [], smi_missing=None)
+from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, pci_tree
+from tests.rank_nodes import A100, CGROUP2, DGX1, MULTI_SOCKET, SMI_CMD, hand_facts, smi_host
 
 
 def cpus_of(lay: RankLayout) -> list[str]:
@@ -90,7 +32,7 @@ def test_dgx_a100_from_nvidia_smi(tmp_path: Path) -> None:
     assert lay.source == SOURCE_SMI and lay.error is None
     assert [s.gpu for s in lay.slots] == [f"GPU{i}" for i in range(8)]
     r0, r2 = lay.slots[0], lay.slots[2]
-    # The issue's expectation: each rank on its GPU's full NUMA-local affinity.
+    # Expected: each rank on its GPU's full NUMA-local affinity.
     assert (r0.cpulist, r0.numa_node, r0.mems, r0.nic, r0.nic_level) == (
         "48-63,176-191",
         3,
@@ -151,13 +93,6 @@ def test_cpu_only_on_a_gpu_node_ignores_the_gpus(tmp_path: Path) -> None:
 
 
 # -- hwloc trees: one rank per NUMA node on CPU-only machines ---------------------------------------
-
-MULTI_SOCKET = [
-    "16amd64-8n2c",
-    "40intel64-2g2n4c+pcilocality",
-    "64amd64-4s2n4ca2co",
-    "32em64t-2n8c+dax+nvme+mic+dimms",
-]
 
 
 @pytest.mark.parametrize("name", MULTI_SOCKET)
@@ -285,13 +220,6 @@ def test_gpu_with_no_locality_is_unpinned_unless_nvidia_smi_says(tmp_path: Path)
     filled = ranks.layout(_two_socket(tmp_path / "b", {"numa_node": "-1"}, {SMI_CMD: smi}))
     assert (filled.slots[1].numa_node, filled.slots[1].cpulist) == (1, "4-7")
     assert filled.source == f"{SOURCE_SYSFS} + {SOURCE_SMI}"
-
-
-CGROUP2 = {
-    "/proc/self/cgroup": "0::/job\n",
-    "/proc/self/mountinfo": "30 25 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n",
-    "/sys/fs/cgroup/cgroup.controllers": "cpuset cpu\n",
-}
 
 
 def test_cgroup_cpuset_trims_and_empties_nodes(tmp_path: Path) -> None:

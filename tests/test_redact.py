@@ -19,8 +19,8 @@ from nodeagent import checks, engine
 from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, nvidia_smi
 from nodeagent.host import LocalHost, SnapshotHost, recorder, redact
+from tests.gpu_samples import A100_XML
 from tests.helpers import ETH, GPU, NIC, pci_tree
-from tests.test_check_gpu import A100_XML
 
 # -- the property: consistent, idempotent, nothing left ------------------------------------------
 

@@ -14,7 +14,7 @@ from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, topology
 from nodeagent.host import Host, LocalHost, SnapshotHost, globwalk, recorder
 from nodeagent.host.tree import DIR, FILE, LINK
-from tests import test_globwalk as globwalk_tests
+from tests import random_trees
 from tests.helpers import make_tree
 
 
@@ -168,15 +168,15 @@ def _folders_on_the_way(host: Host, patterns: list[str]) -> list[str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(entries=globwalk_tests._entries(3), patterns=globwalk_tests.patterns_st)
+@given(entries=random_trees.entries_st(3), patterns=random_trees.patterns_st)
 def test_every_folder_adds_exactly_the_folders_the_patterns_pass_through(
     entries: dict[str, Any], patterns: list[str]
 ) -> None:
     """The recorder's walk is the reference walk of the patterns and of the folders on their way."""
-    tree = globwalk_tests.memory_tree(entries)
-    host = globwalk_tests.TreeOnly(tree)
-    files, links, dirs = globwalk_tests.one_by_one(host, patterns)
-    _, more_links, more_dirs = globwalk_tests.one_by_one(host, _folders_on_the_way(host, patterns))
+    tree = random_trees.memory_tree(entries)
+    host = random_trees.TreeOnly(tree)
+    files, links, dirs = random_trees.one_by_one(host, patterns)
+    _, more_links, more_dirs = random_trees.one_by_one(host, _folders_on_the_way(host, patterns))
     found = globwalk.walk(tree, patterns, every_folder=True)
     assert {p: v for k, p, v in found if k == FILE and v is not None} == files
     assert {p: v for k, p, v in found if k == LINK} == {**links, **more_links}

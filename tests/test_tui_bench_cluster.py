@@ -14,19 +14,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
-pytest.importorskip("textual_plotext", reason="the Bench screen's chart needs textual-plotext")
-
 from textual.pilot import Pilot
 from textual.widgets import ProgressBar
 from textual_plotext import PlotextPlot
 
 from nodeagent.bench import run, stats
 from nodeagent.bench.run import BenchResult, ConfigResult, Progress
-from nodeagent.cluster.fleet import FleetComparison
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
+from nodeagent.compare.fleet import FleetComparison
 from nodeagent.core.errors import UsageError
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend

@@ -6,10 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
-pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
-
 from textual.actions import parse
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot

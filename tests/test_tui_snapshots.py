@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
 pytest.importorskip("pytest_textual_snapshot", reason="pip install pytest-textual-snapshot")
 
 from textual.pilot import Pilot

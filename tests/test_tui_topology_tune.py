@@ -12,9 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("textual", reason="the TUI needs Textual: pip install 'nodeagent[tui]'")
-
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 

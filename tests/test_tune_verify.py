@@ -1,6 +1,6 @@
 """`nodeagent tune --apply --verify`: benchmark, apply, benchmark again, keep only a proven gain.
 
-First on fake workers (tests/test_bench_run.py's FAKE_WORKER: synthetic throughputs that depend on
+First on fake workers (tests/fake_bench.py's FAKE_WORKER: synthetic throughputs that depend on
 the thread variables a profile sets), so every branch of the decision is checked in seconds; then
 for real, with TensorFlow in quick mode: a helpful profile is kept, a harmful one (one intra-op
 thread) is reverted and the profile file is restored byte for byte.
@@ -25,7 +25,7 @@ from nodeagent.core.errors import UsageError
 from nodeagent.host import LocalHost
 from nodeagent.tuners import tf_threads
 from nodeagent.tuning import journal, profile
-from tests.test_bench_run import logged, make_profile, use_fake_worker
+from tests.fake_bench import logged, make_profile
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -89,12 +89,9 @@ def assert_reason_shows_both(v: dict[str, Any]) -> None:
     assert f"95% CI [{lo:.3f}, {hi:.3f}]" in v["reason"]
 
 
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    return use_fake_worker(tmp_path, monkeypatch)
-
-
-def test_a_faster_profile_is_kept(fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_faster_profile_is_kept(
+    fake_worker: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, doc = verify_cli(capsys, "--only", "tf-threads,tf-data")
     v = doc["bench_verify"]
     assert code == bench_verify.EXIT_KEPT == 0
@@ -107,7 +104,7 @@ def test_a_faster_profile_is_kept(fake: Path, tmp_path: Path, capsys: pytest.Cap
     j = journal.find(v["journal"])
     assert j.state == journal.APPLIED
     assert profile.load("default")["env"]["TF_NUM_INTRAOP_THREADS"] == "2"
-    runs = logged(fake)
+    runs = logged(fake_worker)
     # baseline: plain python, the user's pipeline (config tuned), no profile
     assert "nodeagent" not in runs[0]["argv"][0] and runs[0]["env"]["TF_NUM_INTRAOP_THREADS"] is None
     assert all(r["argv"][r["argv"].index("--config") + 1] == "tuned" for r in runs)
@@ -115,7 +112,7 @@ def test_a_faster_profile_is_kept(fake: Path, tmp_path: Path, capsys: pytest.Cap
 
 
 def test_the_baseline_runs_in_the_callers_environment_without_the_hook(
-    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fake_worker: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """As-is: the job's own thread variables stay (what tf-threads corrects: here 1 intra-op
     thread, which the fake halves the speed for); a parent `nodeagent exec`'s hook does not."""
@@ -125,7 +122,7 @@ def test_the_baseline_runs_in_the_callers_environment_without_the_hook(
     monkeypatch.setenv("NODEAGENT_TF_DATA_OPTIONS", '{"deterministic": false}')
     monkeypatch.setenv("PYTHONPATH", str(HOOKS_DIR))
     code, doc = verify_cli(capsys, "--only", "tf-threads")
-    runs = logged(fake)
+    runs = logged(fake_worker)
     assert len(runs) == 2 * bench_verify.QUICK_PROCESSES
     baseline, tuned = runs[: bench_verify.QUICK_PROCESSES], runs[bench_verify.QUICK_PROCESSES :]
     assert all(r["env"]["TF_NUM_INTRAOP_THREADS"] == "2" for r in tuned)  # the profile's
@@ -136,7 +133,7 @@ def test_the_baseline_runs_in_the_callers_environment_without_the_hook(
 
 
 def test_a_harmful_profile_is_reverted_and_the_profile_restored(
-    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_worker: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     make_profile(tmp_path / "state", "--only", "tf-data")
     path = profile.profile_path("default")
@@ -155,7 +152,7 @@ def test_a_harmful_profile_is_reverted_and_the_profile_restored(
 
 
 def test_no_difference_is_reverted(
-    fake: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    fake_worker: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # tf-data alone does not move the fake's throughput: a change that shows no gain goes.
     code, doc = verify_cli(capsys, "--only", "tf-data")
@@ -166,7 +163,7 @@ def test_no_difference_is_reverted(
     assert not profile.profile_path("default").exists()  # there was none before
 
 
-def test_table_output_says_why(fake: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_output_says_why(fake_worker: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nodeagent.cli.main import main
 
     with pytest.raises(SystemExit) as e:
@@ -192,7 +189,7 @@ def test_table_output_says_why(fake: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_a_failed_baseline_applies_nothing(
-    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fake_worker: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FAKE_FAIL_TUNED", "cannot decode")
     code, doc = verify_cli(capsys, "--only", "tf-threads")
@@ -205,7 +202,7 @@ def test_a_failed_baseline_applies_nothing(
 
 
 def test_a_failed_tuned_run_is_reverted(
-    fake: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    fake_worker: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FAKE_FAIL_WHEN_TUNED", "crashed under the profile")
     code, doc = verify_cli(capsys, "--only", "tf-threads")

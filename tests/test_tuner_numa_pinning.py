@@ -18,7 +18,7 @@ from nodeagent.host import LocalHost
 from nodeagent.tuners import numa_pinning
 from nodeagent.tuners.numa_pinning import Params
 from tests.helpers import REPO, fixture_host, make_tree
-from tests.test_ranks import A100, CGROUP2, DGX1, MULTI_SOCKET, hand_facts, smi_host
+from tests.rank_nodes import A100, CGROUP2, DGX1, MULTI_SOCKET, hand_facts, smi_host
 
 
 def plan_of(host: Any, **params: Any) -> Plan:

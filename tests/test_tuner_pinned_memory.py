@@ -15,7 +15,7 @@ from nodeagent.host import LocalHost
 from nodeagent.tuners import pinned_memory
 from nodeagent.tuners.pinned_memory import HOST_MEM, THREAD_COUNT, THREAD_MODE, Facts, Params
 from tests.helpers import fixture_host, make_tree
-from tests.test_ranks import A100, hand_facts, smi_host
+from tests.rank_nodes import A100, hand_facts, smi_host
 
 MIB = 1 << 20
 LIMITS = (

@@ -20,7 +20,7 @@ from nodeagent.tuners import tf_data
 from nodeagent.tuners.tf_data import GUIDE, PROFILE_KEY, SNIPPET_KEY, Params
 from nodeagent.tuning import apply, launcher
 from tests.helpers import fixture_host, make_tree
-from tests.test_ranks import A100, hand_facts, smi_host
+from tests.rank_nodes import A100, hand_facts, smi_host
 
 POOL = "threading.private_threadpool_size"
 ALL_ON = {

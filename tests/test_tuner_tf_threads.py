@@ -12,7 +12,7 @@ from nodeagent.host import LocalHost
 from nodeagent.tuners import tf_threads
 from nodeagent.tuners.tf_threads import INTER, INTRA, OMP, Facts, Params
 from tests.helpers import fixture_host, make_tree
-from tests.test_ranks import A100, hand_facts, smi_host
+from tests.rank_nodes import A100, hand_facts, smi_host
 
 
 def plan_of(host: Any, **params: Any) -> Plan:

@@ -18,10 +18,10 @@ from nodeagent.api.tune import Change, Plan, Scope, Write
 from nodeagent.bench import stats
 from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
 from nodeagent.checks import BUILTIN
-from nodeagent.cluster.fleet import Drift, FleetComparison, Outlier
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult

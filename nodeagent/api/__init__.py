@@ -1,3 +1,3 @@
-"""The contracts a check and a tuner implement (Check, Tuner, Change, Plan), for built-in and third-
-party ones.
+"""The contracts: what a check and a tuner implement (Check, Tuner, Change, Plan), the registry that
+finds built-in and third-party ones, and the report document other tools read.
 """

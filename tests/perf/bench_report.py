@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The benchmark's figures against the targets of issue 4, measured on this machine.
+"""The benchmark's figures against their targets, measured on this machine.
 
 Runs `nodeagent bench` (full, not quick) with a tuned profile, then `nodeagent bench --quick` for
 its wall time, and prints:
@@ -137,7 +137,7 @@ def report(doc: dict[str, Any], full_s: float, quick_s: float | None, quick_rc: 
         f"({b['cpus']} CPUs); the bound is the smaller, {fmt(b['value'])}"
     )
     print()
-    print("targets (issue 4):")
+    print("targets:")
     for key, want in (("tuned_vs_naive", 1.3), ("tuned_vs_autotune", 1.0)):
         v = doc["verdict"][key]
         if v["ratio"] is None:

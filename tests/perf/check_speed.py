@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Wall time and peak RSS of `nodeagent check` and `nodeagent --help` on this machine.
 
-Targets (issue 2): check <= 1.0 s median, RSS <= 80 MB, --help <= 0.3 s. Prints figures; asserts
+Targets: check <= 1.0 s median, RSS <= 80 MB, --help <= 0.3 s. Prints figures; asserts
 nothing (performance is measured here, not in tests). Usage: python tests/perf/check_speed.py [-n 5]
 """
 
