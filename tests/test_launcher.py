@@ -540,6 +540,44 @@ def _prepare(doc: dict[str, Any], machine: launcher.Machine, numactl: bool = Tru
     return launcher.prepare(doc, "p.json", ["python", "train.py"], 0, {}, machine, which)
 
 
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"env": [1]}, "p.json:2: env: must be an object (got a list)"),
+        ({"env": {"": "1"}}, 'env.: "" is not an environment variable name'),
+        ({"env": {"A": "a\x00b"}}, "env.A: holds a NUL byte"),
+        ({"env": {"A": {}}}, "env.A: must be a string, a number, true/false or null (got an object)"),
+        ({"rank_env": [1]}, "rank_env: must be an object (got a list)"),
+        ({"rank_env": {"x": {}}}, 'rank_env.x: "x" is not a local rank'),
+        ({"ranks": {"0": {}}}, "ranks: must be a list (got an object)"),
+        ({"ranks": [1]}, "ranks[0]: must be an object (got 1)"),
+        ({"ranks": [{"local_rank": None}]}, "ranks[0].local_rank: is null"),
+        ({"ranks": [{"local_rank": True}]}, "ranks[0].local_rank: must be a local rank number (0 or more)"),
+        ({"ranks": [{"cpus": [0]}, {"local_rank": 0}]}, "ranks: local rank 0 is in ranks[0] and ranks[1]"),
+        ({"ranks": [{"cpus": "0-x"}]}, "ranks[0].cpus: not a CPU list: '0-x'"),
+        ({"ranks": [{"cpus": [0, -1]}]}, "ranks[0].cpus: must be a CPU list"),
+        ({"ranks": [{"cpus": []}]}, "ranks[0].cpus: is empty"),
+        ({"ranks": [{"numa_node": "0"}]}, "ranks[0].numa_node: must be a NUMA node number"),
+        ({"ranks": [{"mems": [0, -1]}]}, "ranks[0].mems[1]: must be a NUMA node number"),
+        ({"launcher": [1]}, "launcher: must be an object (got a list)"),
+        ({"launcher": {"cpu_dma_latency_us": -1}}, "launcher.cpu_dma_latency_us: must be a number of"),
+        ({"launcher": {"cpu_dma_latency_us": 1 << 31}}, "to 2147483647 (the kernel's s32) (got 2147483648)"),
+        ({"launcher": {"memlock_soft": True}}, 'launcher.memlock_soft: must be "unlimited" or a number'),
+        ({"tf_data": [1]}, "tf_data: must be an object (got a list)"),
+    ],
+)
+def test_a_document_given_directly_is_checked_against_the_profile_model(
+    doc: dict[str, Any], message: str
+) -> None:
+    """prepare checks what it is given, not only what profile.load read: one line naming the file
+    and the field, with what to do."""
+    with pytest.raises(UsageError) as caught:
+        _prepare(doc, _machine())
+    line = str(caught.value)
+    assert line.startswith("p.json:") and "\n" not in line, line
+    assert message in line and line.endswith("; recreate the profile with `nodeagent tune --apply`"), line
+
+
 def test_multi_node_ranks_bind_memory_to_all_their_nodes() -> None:
     doc = {"ranks": [{"local_rank": 0, "cpus": [0, 1, 4, 5], "numa_node": None, "mems": [1, 0]}]}
     plan = _prepare(doc, _machine())

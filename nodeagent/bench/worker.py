@@ -143,92 +143,129 @@ def iterated_options(tf: Any, ds: Any) -> dict[str, Any]:
     return pipeline.options_dict(iterated.options())
 
 
-def run(
-    tf: Any, keras: Any, args: argparse.Namespace, manifest: data.Manifest, import_s: float = 0.0
-) -> dict[str, Any]:
-    setup_start = time.perf_counter()
-    config: str = args.config
-    batch: int = args.batch
-    size: int = args.image_size
-    gpu = bool(tf.config.list_physical_devices("GPU"))
-    training = config != "input_only"
-    # The first step compiles the XLA program: never inside the timed repeats.
-    warmup = max(args.warmup_steps, 1) if training else args.warmup_steps
-    progress = Progress(warmup + args.steps * args.repeats, args.progress)
+class LastStep:
+    """The loss of the last training step: fetching it waits for the step to complete (a GPU step
+    returns before it finishes)."""
 
-    ds = pipeline.build(tf, config, manifest.files, size, batch)
+    def __init__(self) -> None:
+        self.loss: Any = None
+
+    def finish(self) -> None:
+        if self.loss is not None:
+            self.loss.numpy()
+
+
+@dataclass
+class Steps:
+    one_step: Callable[[], float]  # one step; returns the seconds it waited on input
+    finish: Callable[[], None]  # waits for the last step to complete
+    options: dict[str, Any]  # the tf.data options of the dataset iterated ({} when none is)
+
+
+def input_only_step(it: Any, progress: Progress) -> Callable[[], float]:
+    def one_step() -> float:
+        next(it)  # the trivial consumer: take the batch, drop it
+        progress.step()
+        return 0.0
+
+    return one_step
+
+
+def compute_only_step(
+    train: Callable[[Any, Any], Any], images: Any, labels: Any, last: LastStep, progress: Progress
+) -> Callable[[], float]:
+    def one_step() -> float:
+        last.loss = train(images, labels)
+        progress.step()
+        return 0.0
+
+    return one_step
+
+
+def training_step(
+    it: Any, train: Callable[[Any, Any], Any], last: LastStep, progress: Progress
+) -> Callable[[], float]:
+    def one_step() -> float:
+        start = time.perf_counter()
+        images, labels = next(it)
+        waited = time.perf_counter() - start
+        last.loss = train(images, labels)
+        progress.step()
+        return waited
+
+    return one_step
+
+
+def build_steps(
+    tf: Any, keras: Any, args: argparse.Namespace, manifest: data.Manifest, gpu: bool, progress: Progress
+) -> Steps:
+    """The pipeline, the model and the step of the configuration."""
+    config: str = args.config
+    ds = pipeline.build(tf, config, manifest.files, args.image_size, args.batch)
     if gpu and config == "autotune":
         # The guide's GPU recipe: batches are copied to the GPU ahead of the step.
         ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
     it = iter(ds)
     options = iterated_options(tf, ds)
+    last = LastStep()
+    if config == "input_only":
+        return Steps(input_only_step(it, progress), last.finish, options)
 
-    step_fn: Callable[[Any, Any], Any] | None = None
-    if training:
-        net = model.build_model(keras, size, manifest.classes)
-        step_fn = model.make_train_step(tf, keras, net)
+    net = model.build_model(keras, args.image_size, manifest.classes)
+    train = model.make_train_step(tf, keras, net)
+    if config != "compute_only":
+        return Steps(training_step(it, train, last, progress), last.finish, options)
+    images, labels = next(it)
+    if gpu:
+        with tf.device("/gpu:0"):
+            images, labels = tf.identity(images), tf.identity(labels)
+    # Stop the pipeline's background threads: only the step may use the CPUs now.
+    del it, ds
+    gc.collect()
+    return Steps(compute_only_step(train, images, labels, last, progress), last.finish, {})
 
-    last: list[Any] = [None]
 
-    def finish() -> None:
-        if last[0] is not None:
-            last[0].numpy()  # waits for the step to complete (asynchronous on a GPU)
-
-    if config == "compute_only":
-        assert step_fn is not None
-        images, labels = next(it)
-        if gpu:
-            with tf.device("/gpu:0"):
-                images, labels = tf.identity(images), tf.identity(labels)
-        # Stop the pipeline's background threads: only the step may use the CPUs now.
-        del it, ds
-        gc.collect()
-        options = {}
-        train = step_fn
-
-        def one_step() -> float:
-            last[0] = train(images, labels)
-            progress.step()
-            return 0.0
-
-    elif config == "input_only":
-
-        def one_step() -> float:
-            next(it)  # the trivial consumer: take the batch, drop it
-            progress.step()
-            return 0.0
-
-    else:
-        assert step_fn is not None
-        train = step_fn
-
-        def one_step() -> float:
-            start = time.perf_counter()
-            images, labels = next(it)
-            waited = time.perf_counter() - start
-            last[0] = train(images, labels)
-            progress.step()
-            return waited
-
-    setup_s = time.perf_counter() - setup_start
-    warmup_start = time.perf_counter()
+def warm_up(steps: Steps, count: int) -> tuple[float, float]:
+    """Run the untimed warm-up steps: (the first step's seconds, XLA compilation mostly; all of them)."""
+    start = time.perf_counter()
     first_step_s = 0.0
-    for i in range(warmup):
-        one_step()
+    for i in range(count):
+        steps.one_step()
         if i == 0:
-            finish()
-            first_step_s = time.perf_counter() - warmup_start  # XLA compilation, mostly
-    finish()
-    warmup_s = time.perf_counter() - warmup_start
-    timings = timed_loop(one_step, finish, args.steps, args.repeats, batch)
+            steps.finish()
+            first_step_s = time.perf_counter() - start
+    steps.finish()
+    return first_step_s, time.perf_counter() - start
 
+
+@dataclass(frozen=True)
+class RunDetails:
+    warmup_steps: int
+    device: str
+    # Where a run's wall time goes besides the timed loop (interpreter start-up excluded).
+    import_seconds: float
+    setup_seconds: float
+    first_step_seconds: float
+    warmup_seconds: float
+
+
+def result(
+    tf: Any,
+    args: argparse.Namespace,
+    manifest: data.Manifest,
+    details: RunDetails,
+    options: dict[str, Any],
+    timings: Timings,
+) -> dict[str, Any]:
+    """The JSON line the worker prints."""
+    config: str = args.config
     intra, inter = effective_threads(tf)
     return {
         "config": config,
         "images_per_s": timings.images_per_s,
         "input_wait_fraction": timings.waited_s / timings.loop_s if config in TRAINING_CONFIGS else None,
         "cpu_seconds_per_image": timings.cpu_s / timings.images,
-        "batch": batch,
+        "batch": args.batch,
         "steps": args.steps,
         "repeats": args.repeats,
         "intra_op_threads": intra,
@@ -236,19 +273,36 @@ def run(
         "tf_version": tf.__version__,
         "tf_data_options": options,
         "details": {
-            "image_size": size,
+            "image_size": args.image_size,
             "stored_image_size": manifest.stored_size,
-            "warmup_steps": warmup,
-            "device": "GPU:0" if gpu else "CPU",
+            "warmup_steps": details.warmup_steps,
+            "device": details.device,
             "cpus_allowed": len(os.sched_getaffinity(0)),
             "loop_seconds": timings.loop_s,
-            # Where a run's wall time goes besides the timed loop (interpreter start-up excluded).
-            "import_seconds": import_s,
-            "setup_seconds": setup_s,
-            "first_step_seconds": first_step_s,
-            "warmup_seconds": warmup_s,
+            "import_seconds": details.import_seconds,
+            "setup_seconds": details.setup_seconds,
+            "first_step_seconds": details.first_step_seconds,
+            "warmup_seconds": details.warmup_seconds,
         },
     }
+
+
+def run(
+    tf: Any, keras: Any, args: argparse.Namespace, manifest: data.Manifest, import_s: float = 0.0
+) -> dict[str, Any]:
+    """Set up, warm up (untimed), then the timed repeats; the result as `result` gives it."""
+    setup_start = time.perf_counter()
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    training = args.config != "input_only"
+    # The first step compiles the XLA program: never inside the timed repeats.
+    warmup = max(args.warmup_steps, 1) if training else args.warmup_steps
+    progress = Progress(warmup + args.steps * args.repeats, args.progress)
+    steps = build_steps(tf, keras, args, manifest, gpu, progress)
+    setup_s = time.perf_counter() - setup_start
+    first_step_s, warmup_s = warm_up(steps, warmup)
+    timings = timed_loop(steps.one_step, steps.finish, args.steps, args.repeats, args.batch)
+    details = RunDetails(warmup, "GPU:0" if gpu else "CPU", import_s, setup_s, first_step_s, warmup_s)
+    return result(tf, args, manifest, details, steps.options, timings)
 
 
 def main(argv: list[str] | None = None) -> int:

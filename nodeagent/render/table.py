@@ -94,6 +94,29 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
 
 
 def facts_tables(doc: dict[str, Any]) -> Group:
+    """The facts of one machine: a summary, then one table per kind of device (those it has)."""
+    tables = [
+        _summary_table(doc),
+        _numa_table(doc["topology"]),
+        _gpu_table(doc["gpus"]),
+        _nic_table(doc["nics"]),
+        _rdma_table(doc["rdma"]),
+        _pcie_table(doc["pci"]),
+    ]
+    parts: list[Any] = [t for t in tables if t is not None]
+    for problem in doc["problems"]:
+        parts.append(lit(f"problem: {problem}", style="yellow"))
+    return Group(*parts)
+
+
+def _titled(title: str, columns: Sequence[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    return table
+
+
+def _summary_table(doc: dict[str, Any]) -> Table:
     t = doc["topology"]
     head = Table(title=lit(f"nodeagent facts: {doc['host']}"), title_justify="left", show_header=False)
     head.add_column(style="bold")
@@ -116,12 +139,12 @@ def facts_tables(doc: dict[str, Any]) -> Group:
     hp = doc["hugepages"]
     pools = ", ".join(f"{p['total']}x{p['size_kb']}kB ({p['free']} free)" for p in hp["pools"]) or "none"
     _row(head, "huge pages", f"{pools}; THP {hp['thp_enabled']}, defrag {hp['thp_defrag']}")
-    parts: list[Any] = [head]
+    return head
 
-    numa = Table(title="NUMA nodes", title_justify="left")
-    for col in ("node", "CPUs", "memory MiB", "distances"):
-        numa.add_column(col)
-    for n in t["numa_nodes"]:
+
+def _numa_table(topology: dict[str, Any]) -> Table:
+    numa = _titled("NUMA nodes", ("node", "CPUs", "memory MiB", "distances"))
+    for n in topology["numa_nodes"]:
         _row(
             numa,
             str(n["id"]),
@@ -129,80 +152,84 @@ def facts_tables(doc: dict[str, Any]) -> Group:
             str(n["memory_mib"]),
             " ".join(str(v) for v in n["distances"].values()),
         )
-    for g in t["gpu_memory_nodes"]:
+    for g in topology["gpu_memory_nodes"]:
         _row(numa, str(g["id"]), "GPU memory", str(g["memory_mib"]), f"GPU {g['gpu']}")
-    parts.append(numa)
+    return numa
 
-    if doc["gpus"]:
-        gt = Table(title="GPUs", title_justify="left")
-        for col in ("index", "PCI", "vendor", "NUMA", "CPU affinity", "source"):
-            gt.add_column(col)
-        for g in doc["gpus"]:
-            _row(
-                gt,
-                str(g["index"]),
-                str(g["pci_address"]),
-                g["vendor"],
-                str(g["numa_node"]),
-                format_cpulist(g["cpu_affinity"] or []),
-                g["source"],
-            )
-        parts.append(gt)
 
-    nics = [n for n in doc["nics"] if n["pci_address"]]
-    if nics:
-        nt = Table(title="Network interfaces (physical)", title_justify="left")
-        for col in ("name", "PCI", "state", "speed Mb/s", "MTU", "driver", "NUMA"):
-            nt.add_column(col)
-        for n in nics:
-            _row(
-                nt,
-                n["name"],
-                n["pci_address"],
-                str(n["operstate"]),
-                str(n["speed_mbps"]),
-                str(n["mtu"]),
-                str(n["driver"]),
-                str(n["numa_node"]),
-            )
-        parts.append(nt)
-    if doc["rdma"]:
-        rt = Table(title="RDMA ports", title_justify="left")
-        for col in ("device", "port", "state", "physical", "rate", "link layer", "NUMA"):
-            rt.add_column(col)
-        for p in doc["rdma"]:
-            _row(
-                rt,
-                p["device"],
-                str(p["port"]),
-                str(p["state"]),
-                str(p["phys_state"]),
-                str(p["rate"]),
-                str(p["link_layer"]),
-                str(p["numa_node"]),
-            )
-        parts.append(rt)
+def _gpu_table(gpus: list[dict[str, Any]]) -> Table | None:
+    if not gpus:
+        return None
+    gt = _titled("GPUs", ("index", "PCI", "vendor", "NUMA", "CPU affinity", "source"))
+    for g in gpus:
+        _row(
+            gt,
+            str(g["index"]),
+            str(g["pci_address"]),
+            g["vendor"],
+            str(g["numa_node"]),
+            format_cpulist(g["cpu_affinity"] or []),
+            g["source"],
+        )
+    return gt
 
-    links = [d for d in doc["pci"] if d["kind"] in ("gpu", "nic", "nvme", "accelerator")]
-    if links:
-        pt = Table(title="PCIe devices", title_justify="left")
-        for col in ("address", "kind", "vendor:device", "NUMA", "link", "max", "driver"):
-            pt.add_column(col)
-        for d in links:
-            _row(
-                pt,
-                d["address"],
-                d["kind"],
-                f"{d['vendor']}:{d['device']}",
-                str(d["numa_node"]),
-                _link(d["speed_gts"], d["width"]),
-                _link(d["max_speed_gts"], d["max_width"]),
-                str(d["driver"]),
-            )
-        parts.append(pt)
-    for problem in doc["problems"]:
-        parts.append(lit(f"problem: {problem}", style="yellow"))
-    return Group(*parts)
+
+def _nic_table(nics: list[dict[str, Any]]) -> Table | None:
+    physical = [n for n in nics if n["pci_address"]]
+    if not physical:
+        return None
+    nt = _titled(
+        "Network interfaces (physical)", ("name", "PCI", "state", "speed Mb/s", "MTU", "driver", "NUMA")
+    )
+    for n in physical:
+        _row(
+            nt,
+            n["name"],
+            n["pci_address"],
+            str(n["operstate"]),
+            str(n["speed_mbps"]),
+            str(n["mtu"]),
+            str(n["driver"]),
+            str(n["numa_node"]),
+        )
+    return nt
+
+
+def _rdma_table(ports: list[dict[str, Any]]) -> Table | None:
+    if not ports:
+        return None
+    rt = _titled("RDMA ports", ("device", "port", "state", "physical", "rate", "link layer", "NUMA"))
+    for p in ports:
+        _row(
+            rt,
+            p["device"],
+            str(p["port"]),
+            str(p["state"]),
+            str(p["phys_state"]),
+            str(p["rate"]),
+            str(p["link_layer"]),
+            str(p["numa_node"]),
+        )
+    return rt
+
+
+def _pcie_table(devices: list[dict[str, Any]]) -> Table | None:
+    links = [d for d in devices if d["kind"] in ("gpu", "nic", "nvme", "accelerator")]
+    if not links:
+        return None
+    pt = _titled("PCIe devices", ("address", "kind", "vendor:device", "NUMA", "link", "max", "driver"))
+    for d in links:
+        _row(
+            pt,
+            d["address"],
+            d["kind"],
+            f"{d['vendor']}:{d['device']}",
+            str(d["numa_node"]),
+            _link(d["speed_gts"], d["width"]),
+            _link(d["max_speed_gts"], d["max_width"]),
+            str(d["driver"]),
+        )
+    return pt
 
 
 def _row(table: Table, *cells: Any) -> None:

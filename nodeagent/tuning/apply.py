@@ -85,6 +85,58 @@ def _verify(host: Host, runtime: list[Change], verifiers: Mapping[str, Verifier]
     return [f for c in runtime for f in (verifiers or {}).get(c.tuner, verify_writes)(host, [c])]
 
 
+@dataclass
+class _Work:
+    """What one apply is to write, decided from its plans before the state folder's lock is taken."""
+
+    runtime: list[Change]  # the runtime changes that are not no-ops: written, then verified
+    writes: list[journal.JournalWrite]
+    settings: list[tuple[str, Any]]  # (profile key, value) of the process and code changes
+    skipped: list[Change]
+    persisting: persist.PersistPlan | None
+    host_files: list[journal.JournalFile]
+    host_dirs: list[str]
+
+
+def _work(plans: list[Plan], persisting: persist.PersistPlan | None) -> _Work:
+    changes = [c for p in plans for c in p.changes]
+    runtime = [c for c in changes if c.scope is Scope.RUNTIME and not c.is_noop]
+    return _Work(
+        runtime=runtime,
+        writes=[
+            journal.JournalWrite(w.path, w.before, w.after, c.tuner)
+            for c in runtime
+            for w in c.writes
+            if w.before is not None and not _same(w.before, w.after)
+        ],
+        settings=[
+            (c.profile_key, c.value)
+            for c in changes
+            if c.scope in (Scope.PROCESS, Scope.CODE) and c.profile_key
+        ],
+        skipped=[c for c in changes if c.scope is Scope.BOOT or (c.scope is Scope.RUNTIME and c.is_noop)],
+        persisting=persisting,
+        host_files=(
+            [journal.JournalFile(f.path, f.before, f.after) for f in persisting.files] if persisting else []
+        ),
+        host_dirs=list(persisting.dirs) if persisting else [],
+    )
+
+
+def _refuse_before_any_write(host: Host, work: _Work) -> None:
+    if work.runtime and _needs_root(host):
+        tuners = ", ".join(sorted({c.tuner for c in work.runtime}))
+        raise UsageError(
+            f"applying {tuners} writes /sys and /proc/sys and needs root; nothing was changed "
+            "(run as root, or leave them out with --only)"
+        )
+    if work.persisting is not None and work.persisting.refused:
+        raise UsageError(
+            f"{work.persisting.refused[0]}: cannot be read, so its content cannot be saved in the journal "
+            "for revert; nothing was changed (fix its permissions, or leave out --persist)"
+        )
+
+
 def apply(
     host: Host,
     plans: list[Plan],
@@ -96,50 +148,13 @@ def apply(
     """Journal, write runtime changes, write the persistent files of --persist (`persisting`), save
     the profile, verify (with a tuner's own verifier where it has one). Nothing is half-applied: a
     write that fails undoes the writes before it and raises UsageError."""
-    changes = [c for p in plans for c in p.changes]
-    runtime = [c for c in changes if c.scope is Scope.RUNTIME and not c.is_noop]
-    settings = [
-        (c.profile_key, c.value) for c in changes if c.scope in (Scope.PROCESS, Scope.CODE) and c.profile_key
-    ]
-    skipped = [c for c in changes if c.scope is Scope.BOOT or (c.scope is Scope.RUNTIME and c.is_noop)]
-    if runtime and _needs_root(host):
-        tuners = ", ".join(sorted({c.tuner for c in runtime}))
-        raise UsageError(
-            f"applying {tuners} writes /sys and /proc/sys and needs root; nothing was changed "
-            "(run as root, or leave them out with --only)"
-        )
-    writes = [
-        journal.JournalWrite(w.path, w.before, w.after, c.tuner)
-        for c in runtime
-        for w in c.writes
-        if w.before is not None and not _same(w.before, w.after)
-    ]
-    if persisting is not None and persisting.refused:
-        raise UsageError(
-            f"{persisting.refused[0]}: cannot be read, so its content cannot be saved in the journal for "
-            "revert; nothing was changed (fix its permissions, or leave out --persist)"
-        )
-    host_files = (
-        [journal.JournalFile(f.path, f.before, f.after) for f in persisting.files] if persisting else []
-    )
-    host_dirs = list(persisting.dirs) if persisting else []
-    if not writes and not settings and not host_files:
-        return ApplyResult(None, None, _verify(host, runtime, verifiers), skipped, persisting)
+    work = _work(plans, persisting)
+    _refuse_before_any_write(host, work)
+    if not work.writes and not work.settings and not work.host_files:
+        return ApplyResult(None, None, _verify(host, work.runtime, verifiers), work.skipped, persisting)
     base = state or state_dir()
     with lock(base):
-        return _apply_locked(
-            host,
-            runtime,
-            writes,
-            settings,
-            skipped,
-            profile_name,
-            base,
-            verifiers,
-            persisting,
-            host_files,
-            host_dirs,
-        )
+        return _apply_locked(host, work, profile_name, base, verifiers)
 
 
 def _fresh(host: Host, writes: list[journal.JournalWrite]) -> list[journal.JournalWrite]:
@@ -171,45 +186,37 @@ def _left(marked: bool, j: journal.Journal) -> str:
     return "" if marked else f" (journal {j.id} is left applying: `nodeagent revert {j.id}` finishes it)"
 
 
-def _apply_locked(
-    host: Host,
-    runtime: list[Change],
-    writes: list[journal.JournalWrite],
-    settings: Sequence[tuple[str | None, Any]],
-    skipped: list[Change],
-    profile_name: str,
-    base: Path,
-    verifiers: Mapping[str, Verifier] | None,
-    persisting: persist.PersistPlan | None,
-    host_files: list[journal.JournalFile],
-    host_dirs: list[str],
-) -> ApplyResult:
-    writes = _fresh(host, writes)
-    files: list[journal.JournalFile] = []
-    profile_file: Path | None = None
-    new_profile: dict[str, Any] | None = None
-    if settings:
-        # Read, merged and saved under the lock: a concurrent apply's settings are never lost.
-        profile_file = profile.profile_path(profile_name, base)
-        old_text = profile_file.read_text() if profile_file.exists() else None
-        try:
-            old_doc = json.loads(old_text) if old_text else {}
-        except ValueError:
-            old_doc = {}
-        new_profile = profile.merged(
-            old_doc if isinstance(old_doc, dict) else {},
-            [(k, v) for k, v in settings if k],
-            profile_name,
-            host.name,
-        )
-        files.append(journal.JournalFile(str(profile_file), old_text, profile.text(new_profile)))
-    if not writes and not files and not host_files:
-        return ApplyResult(None, None, _verify(host, runtime, verifiers), skipped, persisting)
-    check_free(base)
+@dataclass(frozen=True)
+class _ProfileUpdate:
+    path: Path
+    doc: dict[str, Any]  # the profile with this apply's settings
+    file: journal.JournalFile  # its old and new text, for the journal
 
-    j = journal.create(
-        host_ref(host), writes, files, profile_name if settings else None, base, host_files, host_dirs
+
+def _profile_update(
+    host: Host, settings: Sequence[tuple[str, Any]], profile_name: str, base: Path
+) -> _ProfileUpdate | None:
+    """The profile with `settings` merged in; read, merged and saved under the lock, so that a
+    concurrent apply's settings are never lost."""
+    if not settings:
+        return None
+    path = profile.profile_path(profile_name, base)
+    old_text = path.read_text() if path.exists() else None
+    try:
+        old_doc = json.loads(old_text) if old_text else {}
+    except ValueError:
+        old_doc = {}
+    doc = profile.merged(
+        old_doc if isinstance(old_doc, dict) else {},
+        [(k, v) for k, v in settings if k],
+        profile_name,
+        host.name,
     )
+    return _ProfileUpdate(path, doc, journal.JournalFile(str(path), old_text, profile.text(doc)))
+
+
+def _write_runtime(host: Host, j: journal.Journal, writes: list[journal.JournalWrite]) -> None:
+    """Each write in turn; one that fails undoes those before it."""
     kill_after = int(os.environ.get(FAULT_KILL_ENV) or 0)
     for done, w in enumerate(writes):
         try:
@@ -223,41 +230,88 @@ def _apply_locked(
             ) from None
         if kill_after == done + 1:
             os.kill(os.getpid(), signal.SIGKILL)
-    for done, f in enumerate(persisting.files if persisting else []):
+
+
+def _write_persistent(
+    host: Host, j: journal.Journal, work: _Work, writes: list[journal.JournalWrite]
+) -> None:
+    """Each file of --persist in turn; one that fails undoes the runtime writes and the files before it."""
+    for done, f in enumerate(work.persisting.files if work.persisting else []):
         try:
             host.put_file(f.path, f.after)
         except OSError as e:
             _undo(host, writes)
-            _restore_files(host, host_files[:done], host_dirs)
+            _restore_files(host, work.host_files[:done], work.host_dirs)
             marked = _mark(j, journal.ROLLED_BACK)
             raise UsageError(
                 f"{f.path}: writing the {f.what} file failed ({e.strerror or e}); the runtime writes and "
                 f"the {done} earlier file(s) were undone (journal {j.id}){_left(marked, j)}"
             ) from None
-    for w in writes:  # what the kernel kept, where it is not what was written (see JournalWrite.got)
+
+
+def _note_kept(host: Host, writes: list[journal.JournalWrite]) -> None:
+    """What the kernel kept, where it is not what was written (see JournalWrite.got)."""
+    for w in writes:
         now = host.read(w.path)
         if now is not None and not _same(now, w.after):
             w.got = _restorable(now)
+
+
+def _save_or_roll_back(
+    host: Host,
+    j: journal.Journal,
+    work: _Work,
+    writes: list[journal.JournalWrite],
+    update: _ProfileUpdate | None,
+) -> None:
+    """Save the profile, then the journal as applied; when the state disk fails, everything after
+    the journal is undone: the live values, the persistent files, the profile."""
     where: Path = j.path
     saved_profile = False
     try:
-        if profile_file is not None and new_profile is not None:
-            where = profile_file
-            profile.save(profile_file, new_profile)
+        if update is not None:
+            where = update.path
+            profile.save(update.path, update.doc)
             saved_profile = True
         where = j.path
         j.state = journal.APPLIED
         j.save()
     except OSError as e:
-        # Everything after the journal is undone: the live values, the persistent files, the profile.
         j.state = journal.APPLYING
-        failed = _undo(host, writes) + _restore_files(host, host_files, host_dirs)
-        if saved_profile:
-            failed += _restore_state_files(files)
+        failed = _undo(host, writes) + _restore_files(host, work.host_files, work.host_dirs)
+        if saved_profile and update is not None:
+            failed += _restore_state_files([update.file])
         marked = not failed and _mark(j, journal.ROLLED_BACK)
         raise StateDiskError(_disk_message(e, where, failed, j, marked)) from None
-    findings = _verify(host, runtime, verifiers) + _verify_files(host, persisting)
-    return ApplyResult(j, profile_file, findings, skipped, persisting, len(settings))
+
+
+def _apply_locked(
+    host: Host, work: _Work, profile_name: str, base: Path, verifiers: Mapping[str, Verifier] | None
+) -> ApplyResult:
+    writes = _fresh(host, work.writes)
+    update = _profile_update(host, work.settings, profile_name, base)
+    files = [update.file] if update else []
+    if not writes and not files and not work.host_files:
+        return ApplyResult(None, None, _verify(host, work.runtime, verifiers), work.skipped, work.persisting)
+    check_free(base)
+
+    j = journal.create(
+        host_ref(host),
+        writes,
+        files,
+        profile_name if work.settings else None,
+        base,
+        work.host_files,
+        work.host_dirs,
+    )
+    _write_runtime(host, j, writes)
+    _write_persistent(host, j, work, writes)
+    _note_kept(host, writes)
+    _save_or_roll_back(host, j, work, writes, update)
+    findings = _verify(host, work.runtime, verifiers) + _verify_files(host, work.persisting)
+    return ApplyResult(
+        j, update.path if update else None, findings, work.skipped, work.persisting, len(work.settings)
+    )
 
 
 def _disk_message(e: OSError, where: Path, failed: list[str], j: journal.Journal, marked: bool) -> str:
@@ -397,9 +451,10 @@ def revert(j: journal.Journal) -> list[Finding]:
         return _revert_locked(j)
 
 
-def _revert_locked(j: journal.Journal) -> list[Finding]:
-    host = reopen(j.host)
-    conflicts: dict[str, str] = {}
+def _writes_to_restore(
+    host: Host, j: journal.Journal, conflicts: dict[str, str]
+) -> list[journal.JournalWrite]:
+    """The runtime writes that still hold what the apply wrote; the others changed since are conflicts."""
     writes = []
     for w in j.writes:
         now = host.read(w.path)
@@ -407,6 +462,12 @@ def _revert_locked(j: journal.Journal) -> list[Finding]:
             writes.append(w)  # ours (or unreadable: restoring is all revert can try)
         elif not _same(now, w.before):
             conflicts[w.path] = f"journal's after {w.after!r}, now {now.strip()!r}"
+    return writes
+
+
+def _host_files_to_restore(
+    host: Host, j: journal.Journal, conflicts: dict[str, str]
+) -> list[journal.JournalFile]:
     host_files = []
     for hf in j.host_files:
         now = host.read(hf.path)
@@ -414,6 +475,10 @@ def _revert_locked(j: journal.Journal) -> list[Finding]:
             host_files.append(hf)
         elif now != hf.before:
             conflicts[hf.path] = f"journal's after {_file_now(hf.after)}, now {_file_now(now)}"
+    return host_files
+
+
+def _state_files_to_restore(j: journal.Journal, conflicts: dict[str, str]) -> list[journal.JournalFile]:
     files = []
     for f in j.files:
         now = _read_state_file(f.path)
@@ -421,24 +486,16 @@ def _revert_locked(j: journal.Journal) -> list[Finding]:
             files.append(f)
         elif now != f.before:
             conflicts[f.path] = f"journal's after {_file_now(f.after)}, now {_file_now(now)}"
-    failed = _undo(host, writes)
-    failed += _restore_files(host, host_files, j.host_dirs)
-    failed += _restore_state_files(files)
-    findings = []
-    if conflicts:
-        findings.append(
-            Finding(
-                CONFLICT,
-                Status.FAIL,
-                f"journal {j.id}: {len(conflicts)} value(s) changed since this apply (by someone else) "
-                "were left as they are, not overwritten",
-                conflicts,
-                expected="each value as this apply left it (its after)",
-                remediation="Find out who changed them; restore by hand if the journal's old values are "
-                f"still wanted ({j.path}), or keep the new ones.",
-                subject=j.id,
-            )
-        )
+    return files
+
+
+def _not_restored(
+    host: Host,
+    writes: list[journal.JournalWrite],
+    host_files: list[journal.JournalFile],
+    failed: list[str],
+) -> dict[str, str]:
+    """What does not hold its old value after the restore, read back: path -> what it holds."""
     wrong = {}
     for w in writes:
         now = host.read(w.path)
@@ -451,33 +508,48 @@ def _revert_locked(j: journal.Journal) -> list[Finding]:
     for problem in failed:
         path, _, err = problem.partition(": ")
         wrong.setdefault(path, err)
+    return wrong
+
+
+def _conflict_finding(j: journal.Journal, conflicts: dict[str, str]) -> Finding:
+    return Finding(
+        CONFLICT,
+        Status.FAIL,
+        f"journal {j.id}: {len(conflicts)} value(s) changed since this apply (by someone else) "
+        "were left as they are, not overwritten",
+        conflicts,
+        expected="each value as this apply left it (its after)",
+        remediation="Find out who changed them; restore by hand if the journal's old values are "
+        f"still wanted ({j.path}), or keep the new ones.",
+        subject=j.id,
+    )
+
+
+def _not_restored_finding(j: journal.Journal, wrong: dict[str, str]) -> Finding:
     total = len(j.writes) + len(j.host_files)
-    if wrong:
-        findings.append(
-            Finding(
-                "revert",
-                Status.FAIL,
-                f"journal {j.id}: {len(wrong)} of {total} value(s) and file(s) not restored",
-                wrong,
-                expected="every old value back",
-                remediation="Restore these by hand (the old values are in the journal), or reboot: "
-                "runtime settings do not survive a reboot.",
-                subject=j.id,
-            )
-        )
-    elif not conflicts:
-        findings.append(
-            Finding(
-                "revert",
-                Status.OK,
-                f"journal {j.id}: {len(j.writes)} value(s) and {len(j.files) + len(j.host_files)} "
-                "file(s) restored",
-                {w.path: w.before for w in j.writes[:6]},
-                subject=j.id,
-            )
-        )
-    if conflicts:
-        return findings  # not reverted: the journal keeps its state, and its values
+    return Finding(
+        "revert",
+        Status.FAIL,
+        f"journal {j.id}: {len(wrong)} of {total} value(s) and file(s) not restored",
+        wrong,
+        expected="every old value back",
+        remediation="Restore these by hand (the old values are in the journal), or reboot: "
+        "runtime settings do not survive a reboot.",
+        subject=j.id,
+    )
+
+
+def _restored_finding(j: journal.Journal) -> Finding:
+    return Finding(
+        "revert",
+        Status.OK,
+        f"journal {j.id}: {len(j.writes)} value(s) and {len(j.files) + len(j.host_files)} file(s) restored",
+        {w.path: w.before for w in j.writes[:6]},
+        subject=j.id,
+    )
+
+
+def _mark_reverted(j: journal.Journal) -> None:
     j.state = journal.REVERTED
     try:
         j.save()
@@ -488,4 +560,24 @@ def _revert_locked(j: journal.Journal) -> list[Finding]:
             f"{j.path}: the values are restored, the journal cannot be marked reverted; free space and "
             f"run `nodeagent revert {j.id}` again"
         ) from None
+
+
+def _revert_locked(j: journal.Journal) -> list[Finding]:
+    host = reopen(j.host)
+    conflicts: dict[str, str] = {}
+    writes = _writes_to_restore(host, j, conflicts)
+    host_files = _host_files_to_restore(host, j, conflicts)
+    files = _state_files_to_restore(j, conflicts)
+    failed = _undo(host, writes)
+    failed += _restore_files(host, host_files, j.host_dirs)
+    failed += _restore_state_files(files)
+    wrong = _not_restored(host, writes, host_files, failed)
+    findings = [_conflict_finding(j, conflicts)] if conflicts else []
+    if wrong:
+        findings.append(_not_restored_finding(j, wrong))
+    elif not conflicts:
+        findings.append(_restored_finding(j))
+    if conflicts:
+        return findings  # not reverted: the journal keeps its state, and its values
+    _mark_reverted(j)
     return findings

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodeagent.core import parse
+from nodeagent.core import jsondoc, parse
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import profile
 
@@ -61,6 +61,8 @@ _ULONG_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
 
 EX_NOTFOUND = 127  # as env(1) and shells exit when the command does not exist
 EX_NOEXEC = 126  # ... and when it cannot be executed
+
+_WORDING = jsondoc.Wording("profile", "recreate the profile with `nodeagent tune --apply`")
 
 
 @dataclass
@@ -149,72 +151,128 @@ def pick_rank(explicit: int | None, environ: Mapping[str, str]) -> tuple[int | N
     return None, "default"
 
 
-def _corrupt(path: str, what: str) -> UsageError:
-    return UsageError(f"{path}: {what}; recreate the profile with `nodeagent tune --apply`")
+def _validated(doc: dict[str, Any], path: str) -> profile.ProfileDocument:
+    """The document as its model, ProfileDocument: a document handed over directly rather than read
+    by profile.load is checked as well. A problem is one UsageError line naming `path`, the line of
+    the file as profile.save writes it, and the field."""
+    text = profile.text(doc)
+    return jsondoc.JsonDocument(path, text, doc, _WORDING).validate(profile.ProfileDocument)
 
 
-def _env_block(path: str, where: str, block: Any) -> dict[str, str | None]:
-    """A profile environment block; values are strings, numbers or booleans (null unsets)."""
-    if block is None:
-        return {}
-    if not isinstance(block, dict):
-        raise _corrupt(path, f"{where} is not an object of variables")
-    out: dict[str, str | None] = {}
-    for key, value in block.items():
-        if not isinstance(key, str) or not key or "=" in key or "\x00" in key:
-            raise _corrupt(path, f"{where} has an invalid variable name {key!r}")
-        if value is None:
-            out[key] = None
-        elif isinstance(value, bool):
-            out[key] = "1" if value else "0"
-        elif isinstance(value, (str, int, float)):
-            text = str(value)
-            if "\x00" in text:
-                raise _corrupt(path, f"{where}.{key} holds a NUL byte")
-            out[key] = text
-        else:
-            raise _corrupt(path, f"{where}.{key} is not a string or number")
-    return out
+def _local_rank(
+    explicit: int | None, environ: Mapping[str, str], ranks: list[profile.RankEntry] | None, notes: list[str]
+) -> tuple[int, str]:
+    """The local rank and where it came from; rank 0, with a note when there are several, when
+    nothing says."""
+    rank, source = pick_rank(explicit, environ)
+    if rank is not None:
+        return rank, source
+    if ranks is not None and len(ranks) > 1:
+        notes.append(
+            f"no local rank given (--local-rank, {', '.join(RANK_VARS)}): running as rank 0 of {len(ranks)}"
+        )
+    return 0, source
 
 
-def _cpus(path: str, where: str, value: Any) -> list[int] | None:
-    if value is None:
+def _rank_entry(
+    path: str, name: Any, ranks: list[profile.RankEntry] | None, rank: int
+) -> profile.RankEntry | None:
+    """The rank's entry (an entry without local_rank is the rank of its place); None without ranks."""
+    if not ranks:
         return None
-    try:
-        if isinstance(value, str):
-            cpus = parse.cpulist(value)
-        elif isinstance(value, list) and all(isinstance(c, int) and not isinstance(c, bool) for c in value):
-            cpus = sorted(set(value))
-            if any(c < 0 for c in cpus):
-                raise ValueError(value)
-        else:
-            raise ValueError(value)
-    except ValueError:
-        raise _corrupt(path, f"{where}.cpus {value!r} is not a CPU list") from None
-    if not cpus:
-        raise _corrupt(path, f"{where}.cpus is empty")
-    return cpus
-
-
-def _rank_entry(path: str, doc: dict[str, Any], rank: int) -> dict[str, Any] | None:
-    ranks = doc.get("ranks")
-    if ranks is None or ranks == []:
-        return None
-    if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
-        raise _corrupt(path, "ranks is not a list of objects")
-    by_id: dict[int, dict[str, Any]] = {}
-    for i, entry in enumerate(ranks):
-        lr = entry.get("local_rank", i)
-        if not isinstance(lr, int) or isinstance(lr, bool) or lr < 0 or lr in by_id:
-            raise _corrupt(path, f"ranks[{i}].local_rank {lr!r} is not a distinct rank number")
-        by_id[lr] = entry
+    by_id = {i if entry.local_rank is None else entry.local_rank: entry for i, entry in enumerate(ranks)}
     if rank not in by_id:
-        known = parse.format_cpulist(by_id)
         raise UsageError(
-            f"local rank {rank} is not in profile {doc.get('name', '?')!r} ({path}), which has "
-            f"rank(s) {known}; re-plan the ranks with `nodeagent tune --apply`"
+            f"local rank {rank} is not in profile {name!r} ({path}), which has "
+            f"rank(s) {parse.format_cpulist(by_id)}; re-plan the ranks with `nodeagent tune --apply`"
         )
     return by_id[rank]
+
+
+def _environment(
+    environ: Mapping[str, str], document: profile.ProfileDocument, rank: int, entry: profile.RankEntry | None
+) -> dict[str, str]:
+    """The job's environment: ours < the profile's env < its rank_env[rank] < the rank's own env;
+    null unsets a variable, true/false are "1"/"0"."""
+    env = dict(environ)
+    layers = (document.env, (document.rank_env or {}).get(str(rank)), entry.env if entry else None)
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if value is None:
+                env.pop(key, None)
+            elif isinstance(value, bool):
+                env[key] = "1" if value else "0"
+            else:
+                env[key] = str(value)
+    return env
+
+
+def _cpu_list(cpus: str | list[int] | None) -> list[int] | None:
+    if cpus is None:
+        return None
+    return parse.cpulist(cpus) if isinstance(cpus, str) else sorted(set(cpus))
+
+
+def _memory_nodes(entry: profile.RankEntry) -> list[int] | None:
+    """The rank's memory nodes: `numa_node`, else `mems` (a CPU rank spanning several nodes)."""
+    if entry.numa_node is not None:
+        return [entry.numa_node]
+    return sorted(set(entry.mems)) if entry.mems else None
+
+
+def _binding_targets(
+    rank: int, entry: profile.RankEntry | None, machine: Machine, notes: list[str]
+) -> tuple[list[int] | None, list[int] | None]:
+    """The CPUs and memory nodes to bind the rank to, refused where this machine does not allow them."""
+    if entry is None:
+        return None, None
+    cpus = _cpu_list(entry.cpus)
+    mems = _memory_nodes(entry)
+    if cpus is not None:
+        _check_cpus(rank, cpus, machine)
+    if mems is not None:
+        mems = _check_mems(rank, mems, machine, notes)
+    return cpus, mems
+
+
+def _memlock_soft(settings: profile.LauncherSettings) -> int | None:
+    if settings.memlock_soft == "unlimited":
+        return resource.RLIM_INFINITY
+    return settings.memlock_soft
+
+
+def _add_tf_data_hook(env: dict[str, str], tf_data: dict[str, Any]) -> None:
+    """The options for the hook, and the hook's folder first on PYTHONPATH (once)."""
+    env[TF_DATA_ENV] = json.dumps(tf_data, sort_keys=True)
+    hooks = str(HOOKS_DIR)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hooks]
+    env["PYTHONPATH"] = os.pathsep.join([hooks, *parts])
+
+
+def _bound_command(
+    command: list[str],
+    cpus: list[int] | None,
+    mems: list[int] | None,
+    machine: Machine,
+    numactl: str | None,
+    notes: list[str],
+) -> tuple[list[str], str, list[int] | None]:
+    """What is executed, how the rank is bound ("numactl" or "syscalls") and the memory nodes bound
+    (None where set_mempolicy cannot be called here)."""
+    if numactl:
+        opts = []
+        if cpus is not None:
+            opts.append(f"--physcpubind={parse.format_cpulist(cpus)}")
+        if mems is not None:
+            opts.append(f"--membind={parse.format_cpulist(mems)}")
+        return [numactl, *opts, "--", *command], "numactl", mems
+    if mems is not None and machine.arch not in SYS_SET_MEMPOLICY:
+        notes.append(
+            f"set_mempolicy's system call number is not known here ({machine.arch}): memory is "
+            f"not bound to node(s) {parse.format_cpulist(mems)}; install numactl"
+        )
+        mems = None
+    return list(command), "syscalls", mems
 
 
 def prepare(
@@ -229,93 +287,23 @@ def prepare(
     """The launch a profile asks for, checked against what this machine allows."""
     if not command:
         raise UsageError("give the command to run after `--`, e.g. nodeagent exec -- python train.py")
+    document = _validated(doc, path)
     notes: list[str] = []
-    rank, source = pick_rank(explicit_rank, environ)
-    ranks = doc.get("ranks")
-    if rank is None:
-        rank = 0
-        if isinstance(ranks, list) and len(ranks) > 1:
-            notes.append(
-                f"no local rank given (--local-rank, {', '.join(RANK_VARS)}): running as rank 0 "
-                f"of {len(ranks)}"
-            )
-    entry = _rank_entry(path, doc, rank)
-
-    env: dict[str, str] = dict(environ)
-    rank_env = doc.get("rank_env")
-    if rank_env is not None and not isinstance(rank_env, dict):
-        raise _corrupt(path, "rank_env is not an object of ranks")
-    blocks = [
-        ("env", doc.get("env")),
-        (f"rank_env.{rank}", (rank_env or {}).get(str(rank))),
-        (f"ranks[{rank}].env", (entry or {}).get("env")),
-    ]
-    for where, block in blocks:
-        for key, value in _env_block(path, where, block).items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = value
-
-    cpus = _cpus(path, f"ranks[{rank}]", (entry or {}).get("cpus"))
-    mems = _mems(path, f"ranks[{rank}]", entry or {})
-    if cpus is not None:
-        _check_cpus(rank, cpus, machine)
-    if mems is not None:
-        mems = _check_mems(rank, mems, machine, notes)
-
-    launcher = doc.get("launcher") or {}
-    if not isinstance(launcher, dict):
-        raise _corrupt(path, "launcher is not an object")
-    latency = launcher.get("cpu_dma_latency_us")
-    if latency is not None and (not isinstance(latency, int) or isinstance(latency, bool) or latency < 0):
-        raise _corrupt(path, f"launcher.cpu_dma_latency_us {latency!r} is not a number of microseconds")
-    if latency is not None and latency > 0x7FFFFFFF:  # the request is an s32 (pm_qos_interface.rst)
-        raise _corrupt(path, f"launcher.cpu_dma_latency_us {latency} does not fit the kernel's 32-bit value")
-
-    memlock = launcher.get("memlock_soft")
-    if memlock is None:
-        memlock_soft = None
-    elif memlock == "unlimited":
-        memlock_soft = resource.RLIM_INFINITY
-    elif isinstance(memlock, int) and not isinstance(memlock, bool) and memlock >= 0:
-        memlock_soft = memlock
-    else:
-        raise _corrupt(path, f"launcher.memlock_soft {memlock!r} is neither 'unlimited' nor a byte count")
-
-    tf_data = doc.get("tf_data")
-    if tf_data is not None:
-        if not isinstance(tf_data, dict):
-            raise _corrupt(path, "tf_data is not an object of tf.data options")
-        if tf_data:
-            env[TF_DATA_ENV] = json.dumps(tf_data, sort_keys=True)
-            hooks = str(HOOKS_DIR)
-            parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hooks]
-            env["PYTHONPATH"] = os.pathsep.join([hooks, *parts])
+    rank, source = _local_rank(explicit_rank, environ, document.ranks, notes)
+    entry = _rank_entry(path, doc.get("name", "?"), document.ranks, rank)
+    env = _environment(environ, document, rank, entry)
+    cpus, mems = _binding_targets(rank, entry, machine, notes)
+    settings = document.launcher or profile.LauncherSettings()
+    if document.tf_data:
+        _add_tf_data_hook(env, document.tf_data)
 
     search_path = env.get("PATH", os.defpath)
     if "/" not in command[0] and which(command[0], search_path) is None:
         raise _NotFound(command[0], search_path)
-    argv = list(command)
-    binding = "none"
+    argv, binding = list(command), "none"
     if cpus is not None or mems is not None:
         numactl = which("numactl", search_path)
-        if numactl:
-            binding = "numactl"
-            opts = []
-            if cpus is not None:
-                opts.append(f"--physcpubind={parse.format_cpulist(cpus)}")
-            if mems is not None:
-                opts.append(f"--membind={parse.format_cpulist(mems)}")
-            argv = [numactl, *opts, "--", *command]
-        else:
-            binding = "syscalls"
-            if mems is not None and machine.arch not in SYS_SET_MEMPOLICY:
-                notes.append(
-                    f"set_mempolicy's system call number is not known here ({machine.arch}): memory is "
-                    f"not bound to node(s) {parse.format_cpulist(mems)}; install numactl"
-                )
-                mems = None
+        argv, binding, mems = _bound_command(command, cpus, mems, machine, numactl, notes)
     return Launch(
         profile_path=path,
         command=list(command),
@@ -326,10 +314,10 @@ def prepare(
         cpus=cpus,
         mems=mems,
         binding=binding,
-        dma_latency_us=latency,
-        tf_data=tf_data or None,
+        dma_latency_us=settings.cpu_dma_latency_us,
+        tf_data=document.tf_data or None,
         notes=notes,
-        memlock_soft=memlock_soft,
+        memlock_soft=_memlock_soft(settings),
     )
 
 
@@ -354,23 +342,6 @@ def _check_cpus(rank: int, cpus: list[int], m: Machine) -> None:
             f"local rank {rank}: CPUs {parse.format_cpulist(forbidden)} are not allowed here: the "
             f"{where} allows {parse.format_cpulist(allowed) or 'none'}; re-plan with `nodeagent tune --apply`"
         )
-
-
-def _mems(path: str, where: str, entry: dict[str, Any]) -> list[int] | None:
-    """The rank's memory nodes: `numa_node`, else `mems` (a CPU rank spanning several nodes)."""
-    node = entry.get("numa_node")
-    if node is not None:
-        if not isinstance(node, int) or isinstance(node, bool) or node < 0:
-            raise _corrupt(path, f"{where}.numa_node {node!r} is not a node number")
-        return [node]
-    mems = entry.get("mems")
-    if mems is None or mems == []:
-        return None
-    if not isinstance(mems, list) or not all(
-        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in mems
-    ):
-        raise _corrupt(path, f"{where}.mems {mems!r} is not a list of node numbers")
-    return sorted(set(mems))
 
 
 def _check_mems(rank: int, mems: list[int], m: Machine, notes: list[str]) -> list[int] | None:
@@ -464,37 +435,46 @@ def hold_dma_latency(us: int) -> tuple[int | None, str | None]:
     return fd, None
 
 
+def _bind_by_syscalls(launch: Launch, machine: Machine) -> None:
+    """Bind this process, which the job replaces: the binding survives execve(2)."""
+    if launch.cpus is not None:
+        bind_cpus(launch.rank, launch.cpus, machine)
+    if launch.mems is not None:
+        try:
+            set_mempolicy_bind(launch.mems, machine.arch)
+        except OSError as e:
+            raise UsageError(
+                f"local rank {launch.rank}: cannot bind memory to NUMA node(s) "
+                f"{parse.format_cpulist(launch.mems)} "
+                f"(set_mempolicy: {e.strerror}); check the cgroup's cpuset.mems"
+            ) from None
+
+
+def _raise_memlock(soft: int) -> None:
+    """A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it."""
+    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    want = soft
+    if hard != resource.RLIM_INFINITY and (want == resource.RLIM_INFINITY or want > hard):
+        want = hard
+        print(
+            f"nodeagent exec: warning: memlock hard limit is {hard} bytes: soft limit raised to it only",
+            file=sys.stderr,
+        )
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (want, hard))
+    except (OSError, ValueError) as e:
+        print(f"nodeagent exec: warning: cannot raise the memlock limit ({e})", file=sys.stderr)
+
+
 def execute(launch: Launch, machine: Machine) -> None:
     """Bind, hold, and exec the command; returns only by raising."""
     for note in launch.notes:
         print(f"nodeagent exec: note: {note}", file=sys.stderr)
     if launch.binding == "syscalls":
-        if launch.cpus is not None:
-            bind_cpus(launch.rank, launch.cpus, machine)
-        if launch.mems is not None:
-            try:
-                set_mempolicy_bind(launch.mems, machine.arch)
-            except OSError as e:
-                raise UsageError(
-                    f"local rank {launch.rank}: cannot bind memory to NUMA node(s) "
-                    f"{parse.format_cpulist(launch.mems)} "
-                    f"(set_mempolicy: {e.strerror}); check the cgroup's cpuset.mems"
-                ) from None
+        _bind_by_syscalls(launch, machine)
     env = dict(launch.env)
     if launch.memlock_soft is not None:
-        # A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it.
-        _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-        want = launch.memlock_soft
-        if hard != resource.RLIM_INFINITY and (want == resource.RLIM_INFINITY or want > hard):
-            want = hard
-            print(
-                f"nodeagent exec: warning: memlock hard limit is {hard} bytes: soft limit raised to it only",
-                file=sys.stderr,
-            )
-        try:
-            resource.setrlimit(resource.RLIMIT_MEMLOCK, (want, hard))
-        except (OSError, ValueError) as e:
-            print(f"nodeagent exec: warning: cannot raise the memlock limit ({e})", file=sys.stderr)
+        _raise_memlock(launch.memlock_soft)
     if launch.dma_latency_us is not None:
         fd, warning = hold_dma_latency(launch.dma_latency_us)
         if fd is None:
