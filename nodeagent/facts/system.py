@@ -64,10 +64,6 @@ class System:
     # when nothing read says so (bare metal, or not recorded).
     virtual: str | None = None
 
-    def boot_param(self, name: str) -> str | None:
-        """The value of a kernel parameter ("" for a bare flag), None when absent. Last one wins."""
-        return parse_cmdline(self.cmdline or "").get(name)
-
 
 def parse_cmdline(cmdline: str) -> dict[str, str]:
     """ "quiet intel_idle.max_cstate=1 idle=poll" -> {"quiet": "", "intel_idle.max_cstate": "1", ...}.

@@ -1,6 +1,6 @@
 """Baselines: a known-good node (or fleet) recorded once, and what differs from it now.
 
-`save` writes the values of one or several hosts (nodeagent.compare.fleet.host_values: the facts
+`save` writes the values of one or several hosts (nodeagent.compare.values.host_values: the facts
 and the check findings, flattened into keys) as JSON; `load` reads it back; `compare` is pure and
 turns every difference into a WARN finding of check "baseline" (subject: the key, evidence: the
 value now, expected: the baseline's), or one OK finding when nothing differs.
@@ -38,8 +38,8 @@ Left out of the comparison:
   check compares the kernel check's values and the facts, and reports no other check as missing);
 - the findings of the baseline and playbook comparisons themselves ("check.baseline.",
   "check.playbook.");
-- readings of the moment rather than configuration (left out by fleet.host_values already);
-- what the fleet view leaves out already (fleet.EXCLUDED_KEYS, applied by host_values).
+- readings of the moment rather than configuration (left out by values.host_values already);
+- what the fleet view leaves out already (values.EXCLUDED_KEYS, applied by host_values).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def comparable(values: Mapping[str, Value]) -> dict[str, Value]:
     for key, value in values.items():
         if (key.startswith("check.") and key.endswith(".status")) or _OWN_KEYS.match(key):
             continue
-        out[key] = value  # readings of the moment are already left out (fleet.EXCLUDED_KEYS)
+        out[key] = value  # readings of the moment are already left out (values.EXCLUDED_KEYS)
     return out
 
 
@@ -263,7 +263,7 @@ def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
 def compare(
     baseline: Baseline, values: Mapping[str, Value], host: str, devices: Status = Status.WARN
 ) -> list[Finding]:
-    """What differs between `values` (fleet.host_values of one host) and the baseline: one finding
+    """What differs between `values` (values.host_values of one host) and the baseline: one finding
     per device gone or new (at `devices`, see `_device_changes`), one WARN per other key that
     differs, is missing or is new; one OK finding when nothing does."""
     ref = baseline.reference

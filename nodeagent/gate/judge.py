@@ -1,10 +1,11 @@
 """Checks run as a playbook says, and the pre-flight verdict: may this node run the job?
 
-`run` is what `nodeagent check --playbook` and `nodeagent preflight` share: the playbook's checks
-with its parameters, within a time budget (nodeagent.core.pool: a check still running at the budget,
-or not started by then, is reported UNKNOWN and named, never waited for), then the playbook's
-thresholds and the baseline's comparison on the node's values (nodeagent.compare.fleet.host_values)
-as findings of their own. `verdict` turns the worst status into allowed or refused.
+What `nodeagent check --playbook` and `nodeagent preflight` share (nodeagent.app runs them): the
+playbook's checks with its parameters (`selected_checks`, `check_params`), then its thresholds and
+the baseline's comparison on the node's values (nodeagent.compare.values.host_values) as results of
+their own (`extra_results`). The run's time budget is the engine's (nodeagent.core.pool: a check
+still running at the budget, or not started by then, is reported UNKNOWN and named, never waited
+for). `verdict` turns the worst status into allowed or refused; `document` is the run's JSON.
 """
 
 from __future__ import annotations
@@ -54,13 +55,13 @@ def check_params(pb: Playbook | None, selected: list[Check[Any, Any]]) -> dict[s
 
 
 def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
-    """The node's comparable values: its facts and its findings, flattened (fleet.host_values).
+    """The node's comparable values: its facts and its findings, flattened (compare.values.host_values).
     No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
     needed it has run it already, and its findings carry what it saw."""
-    from nodeagent.compare import fleet
+    from nodeagent.compare.values import host_values
     from nodeagent.facts import node
 
-    return fleet.host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
+    return host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
 
 
 def lost_hardware(pb: Playbook | None) -> Status:
@@ -86,26 +87,6 @@ def extra_results(
         found = baselines.compare(baseline, values, host_name, lost_hardware(pb))
         out.append(_extra("baseline", "differences from the baseline", found, start))
     return out
-
-
-def run(
-    host: Host,
-    pb: Playbook | None,
-    selected: list[Check[Any, Any]],
-    timeout_s: float,
-    budget_s: float | None = None,
-    baseline: Baseline | None = None,
-) -> engine.Report:
-    """The checks, then the playbook's thresholds and the baseline comparison as two more results."""
-    report = engine.run_report(
-        host, selected, check_params(pb, selected), timeout_s=timeout_s, budget_s=budget_s
-    )
-    if (pb is None or not pb.thresholds) and baseline is None:
-        return report
-    start = time.perf_counter()
-    report.results += extra_results(values_of(host, report), pb, baseline, host.name)
-    report.duration_s += time.perf_counter() - start
-    return report
 
 
 def _extra(cid: str, title: str, findings: list[Finding], start: float) -> engine.CheckResult:

@@ -7,7 +7,7 @@ rather than a setting silently ignored. Parameters are checked against the Param
 their check or tuner (`parameters`), name by name, so an error names the parameter's own line;
 nodeagent.gate.playbook finds the check or tuner in its registry.
 
-Value keys are those of nodeagent.compare.fleet.host_values: the node's facts document
+Value keys are those of nodeagent.compare.values.host_values: the node's facts document
 (nodeagent.facts.node) flattened, and "check.<check id>.<subject>.<evidence>". The facts part has a
 known shape: its sections (FACT_SECTIONS), and for the lists of devices, the dataclass each entry
 comes from. That is enough to refuse a misspelt section or field and a range (min/max) on a value

@@ -1,7 +1,7 @@
 """A playbook's thresholds, judged on a node's values: pure, no I/O.
 
 A threshold names one of the node's comparable values (the keys of
-nodeagent.compare.fleet.host_values: facts such as "hugepages.thp_enabled" and check evidence such
+nodeagent.compare.values.host_values: facts such as "hugepages.thp_enabled" and check evidence such
 as "check.kernel.vm.swappiness./proc/sys/vm/swappiness") and the condition it must meet: a range
 (min, max) for numbers, or equals / one_of for any value. `evaluate` gives findings of the check id
 "playbook", so they are reported, gated (nodeagent.gate.judge) and compared across a fleet like any

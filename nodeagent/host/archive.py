@@ -168,9 +168,6 @@ class MemoryTree(Tree):
         children = self._children.get(path)
         return None if children is None else sorted(children)
 
-    def top_folders(self) -> list[str]:
-        return sorted(c for c in self._children["/"] if self._kinds.get("/" + c) == DIR)
-
 
 class ArchiveTree(MemoryTree):
     """A tar archive read into memory. Devices, FIFOs and hard links are left out, and so are paths

@@ -9,10 +9,10 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
-from nodeagent.bench import run, stats, verify
+from nodeagent.bench import run, stats
 from nodeagent.bench.run import BenchResult, Progress, shown_number
 from nodeagent.bench.verify import VerifyResult
-from nodeagent.render.table import console, findings_lines
+from nodeagent.render.table import console
 
 
 class ProgressBar:
@@ -98,19 +98,6 @@ def print_table(result: BenchResult) -> None:
     for note in result.notes:
         out.print(Text(f"note: {note}", style="dim"))
     out.print(Text(f"{result.duration_s:.0f} s", style="dim"))
-
-
-def print_verify(v: VerifyResult) -> None:
-    """The table, the decision and the revert's findings (the TUI and scripts; `nodeagent tune`
-    prints the table only, and the decision in its story)."""
-    out = console()
-    out.print(verify_table(v))
-    style = {verify.KEPT: "bold green", verify.REVERTED: "bold red"}.get(v.decision, "bold")
-    out.print(Text(v.reason, style=style))
-    if v.reverted:
-        out.print(findings_lines(v.reverted))
-    for note in v.notes:
-        out.print(Text(f"note: {note}", style="yellow"))
 
 
 def verify_table(v: VerifyResult) -> Table:

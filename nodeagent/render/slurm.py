@@ -49,7 +49,7 @@ MIN_LEN = 40  # room for "nodeagent: ", one subject and " (+N more) UNKNOWN"
 MAX_CLAUSE = 48  # a summary's first clause is cut here, so one finding cannot crowd out the others
 HEAD = "nodeagent: "
 DETAILS_SEP = " / "
-# Checks whose subjects are value keys (nodeagent.compare.fleet.host_values), not things on the
+# Checks whose subjects are value keys (nodeagent.compare.values.host_values), not things on the
 # node: nodeagent.gate.thresholds.CHECK_ID and nodeagent.gate.baseline.CHECK_ID (not imported: baseline pulls
 # in the fleet's tables).
 VALUE_CHECKS = frozenset({"playbook", "baseline"})
