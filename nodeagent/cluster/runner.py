@@ -139,6 +139,7 @@ class CheckJob:
             for finding in doc.get("findings", []):
                 finding["host"] = spec.name
             facts = doc.pop("facts", None)
+            _check_report(spec, doc)
             return HostOutcome(spec.name, spec.address, doc, facts if isinstance(facts, dict) else None)
         return self._agentless(spec, conn)
 
@@ -180,6 +181,22 @@ class CheckJob:
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
                 report.results += judge.extra_results(values, self.playbook, self.baseline, spec.name)
             return HostOutcome(spec.name, spec.address, report.to_dict(), facts)
+
+
+def _check_report(spec: HostSpec, doc: dict[str, Any]) -> None:
+    """A node's own report must be one the fleet document can hold (nodeagent.api.report): a report
+    nodeagent cannot read (a newer version's status word, a truncated field) is that host's error,
+    so the other hosts' results and every --output of the fleet still stand."""
+    from nodeagent.api.report import DocumentError, HostResult, validate
+
+    try:
+        validate(HostResult, {"address": spec.address, **doc}, f"the report of {spec.name}")
+    except DocumentError as e:
+        raise HostError(
+            ssh.REMOTE,
+            f"{spec.name}'s nodeagent answered a report this one cannot read ({e.field_problem}); "
+            "install the same nodeagent version on the node, or leave out --remote-agent",
+        ) from None
 
 
 # `nodeagent check` and `tune` exit with the worst status's code (nodeagent.core.finding.Status).
