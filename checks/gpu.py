@@ -704,17 +704,22 @@ def _report_unusable(r: GpuReport) -> Finding | None:
     if r.reason:
         return Finding(ID, Status.SKIPPED, r.reason, r.status_evidence(), subject="gpus")
     if r.error:
-        return Finding(
-            ID,
-            Status.UNKNOWN,
-            r.error,
-            r.status_evidence(),
-            expected=f"{r.source} output with a <gpu> element per GPU",
-            remediation="Re-record the snapshot (`nodeagent snapshot`) or run `nvidia-smi -q -x` on "
-            "the node.",
-            subject="gpus",
-        )
+        return unparsable_report(ID, r, "gpus")
     return None
+
+
+def unparsable_report(check_id: str, r: GpuReport, subject: str) -> Finding:
+    """UNKNOWN: the GPU report was there but could not be read (`r.error`); the gpu and nvlink checks
+    both say so, each about its own subject."""
+    return Finding(
+        check_id,
+        Status.UNKNOWN,
+        r.error or "unreadable GPU report",
+        r.status_evidence(),
+        expected=f"{r.source} output with a <gpu> element per GPU",
+        remediation="Re-record the snapshot (`nodeagent snapshot`) or run `nvidia-smi -q -x` on the node.",
+        subject=subject,
+    )
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:

@@ -286,18 +286,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
     if r.reason:
         return [Finding(ID, Status.SKIPPED, r.reason, r.status_evidence(), subject="nvlink")]
     if r.error:
-        return [
-            Finding(
-                ID,
-                Status.UNKNOWN,
-                r.error,
-                r.status_evidence(),
-                expected=f"{r.source} output with a <gpu> element per GPU",
-                remediation="Re-record the snapshot (`nodeagent snapshot`) or run `nvidia-smi -q -x` on "
-                "the node.",
-                subject="nvlink",
-            )
-        ]
+        return [gpu.unparsable_report(ID, r, "nvlink")]
     linked = [g for g in r.gpus if g.nvlinks]
     if not linked:
         why = r.nvlink_reason or f"none of the {len(r.gpus)} GPU(s) reports an NVLink (PCIe-only GPUs)"
