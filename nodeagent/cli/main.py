@@ -567,16 +567,53 @@ def bench(
 @click.option(
     "--dry-run", is_flag=True, help="Print the command, environment and binding as JSON; run nothing."
 )
+@click.option(
+    "--measure",
+    is_flag=True,
+    help="Run CMD as a child and, when it ends, print its TensorFlow training steps/s and the share of "
+    "step time spent waiting for input (or its wall time and CPU use) on stderr.",
+)
+@click.option(
+    "--every",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="With --measure: also print the steps/s and input wait every SECONDS while the job runs.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(profile_name: str, local_rank: int | None, dry_run: bool, command: tuple[str, ...]) -> None:
+def exec_(
+    profile_name: str,
+    local_rank: int | None,
+    dry_run: bool,
+    measure: bool,
+    every: float | None,
+    command: tuple[str, ...],
+) -> None:
     """Run CMD with the profile's CPU/memory binding, environment and tf.data defaults.
 
     nodeagent exec [--profile NAME] [--local-rank N] -- CMD ...  (CMD replaces nodeagent: its PID,
     signals and exit code are the job's.)
+
+    nodeagent exec --measure [--every SECONDS] [--profile NAME] -- CMD ...  (CMD runs as a child of
+    nodeagent, which forwards SIGINT, SIGTERM and SIGHUP to it and exits with its exit code.)
     """
     from nodeagent.tuning import launcher
 
-    sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run))
+    if every is not None and not measure:
+        raise UsageError("--every sets how often --measure reports: add --measure, or drop --every")
+    if measure and dry_run:
+        raise UsageError("--dry-run runs nothing, so there is nothing to --measure: drop one of them")
+    if not measure:
+        sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run))
+
+    from nodeagent.bench import measure as measuring
+    from nodeagent.render import measure as measure_text
+
+    launch, machine = launcher.plan(profile_name, local_rank, list(command))
+    env = launcher.enter(launch, machine)
+    outcome = measuring.run_measured(launch.argv, every, env, len(launch.cpus) if launch.cpus else None)
+    for line in measure_text.lines(outcome):
+        click.echo(line, err=True)
+    sys.exit(outcome.exit_code)
 
 
 @cli.command()

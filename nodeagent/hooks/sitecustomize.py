@@ -22,6 +22,10 @@ Optimization defaults are skipped when the user turned `apply_default_optimizati
 
 Nothing here may break the program: any error warns once on stderr and the dataset is used as it
 came. An existing sitecustomize elsewhere on sys.path still runs (chained below).
+
+With NODEAGENT_MEASURE_DIR set, the same finder also loads _nodeagent_measure.py from this folder
+once TensorFlow (or a Keras trainer) is imported, which measures the job's steps per second and
+input wait (its docstring tells how). Each of the two installs only when its variable is set.
 """
 
 from __future__ import annotations
@@ -38,13 +42,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENV = "NODEAGENT_TF_DATA_OPTIONS"
+MEASURE_ENV = "NODEAGENT_MEASURE_DIR"
+_MEASURE = "_nodeagent_measure"  # the measuring hook's module, a file beside this one
+# The modules whose import installs the measurement (the keys of _nodeagent_measure.HOOKS: named
+# here so that a job that imports none of them never loads that file).
+_MEASURED_MODULES = ("tensorflow", "keras.src.backend.tensorflow.trainer", "tf_keras.src.engine.training")
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _DONE = "_nodeagent_tf_data_done"  # set on datasets that already carry the defaults (or need none)
 _CACHE = "_nodeagent_tf_data"  # the eager dataset with the defaults, reused on the next epoch
 _warned: set[str] = set()
 
 
-def _warn(what: str, error: BaseException | None = None, then: str = "datasets are left as they are") -> None:
+def _warn(
+    what: str,
+    error: BaseException | None = None,
+    then: str = "datasets are left as they are",
+    who: str = "tf.data hook",
+) -> None:
     """One line on stderr, once per kind of problem (never per dataset, never a traceback)."""
     if what in _warned:
         return
@@ -52,7 +66,7 @@ def _warn(what: str, error: BaseException | None = None, then: str = "datasets a
     detail = f": {type(error).__name__}: {error}" if error is not None else ""
     # Not contextlib.suppress: contextlib would add to every interpreter's start-up.
     try:  # noqa: SIM105
-        sys.stderr.write(f"nodeagent tf.data hook: {what}{detail}; {then}\n")
+        sys.stderr.write(f"nodeagent {who}: {what}{detail}; {then}\n")
     except Exception:  # a closed stderr must not break the program either
         pass
 
@@ -264,19 +278,53 @@ def _on_tensorflow(module: ModuleType) -> None:
         _warn("could not install the default tf.data options", e)
 
 
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def _measure_module() -> Any:
+    """_nodeagent_measure, loaded by path from this folder (whatever the job did to sys.path)."""
+    module = sys.modules.get(_MEASURE)
+    if module is None:
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        spec = spec_from_file_location(_MEASURE, os.path.join(_HERE, _MEASURE + ".py"))
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{_MEASURE}.py is missing from {_HERE}")
+        module = module_from_spec(spec)
+        sys.modules[_MEASURE] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[_MEASURE]
+            raise
+    return module
+
+
+def _measure_on(name: str) -> Callable[[ModuleType], None]:
+    def install_measurement(module: ModuleType) -> None:
+        try:
+            _measure_module().HOOKS[name](module, _warn)
+        except Exception as e:
+            _warn(f"could not measure the steps ({name})", e, "the job runs on unmeasured", "measure")
+
+    return install_measurement
+
+
 # -- the lazy import hook ------------------------------------------------------------------------
 
 
 class _TensorFlowFinder:
-    """A meta path finder that answers only for "tensorflow", and only to wrap the real loader's
-    exec_module so that the options are installed right after TensorFlow's own __init__ ran. The
-    spec, the loader's class and everything else stay the import system's (PEP 451)."""
+    """A meta path finder that answers only for the modules in `hooks` (tensorflow, and the Keras
+    trainers when measuring), and only to wrap the real loader's exec_module so that each hook runs
+    right after that module's own code ran. The spec, the loader's class and everything else stay
+    the import system's (PEP 451). It leaves sys.meta_path once every module was seen."""
 
-    def __init__(self) -> None:
+    def __init__(self, hooks: dict[str, list[Callable[[ModuleType], None]]]) -> None:
+        self.hooks = hooks
         self.busy = False
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: Any = None) -> Any:
-        if fullname != "tensorflow" or self.busy:
+        if fullname not in self.hooks or self.busy:
             return None
         self.busy = True
         try:
@@ -297,20 +345,25 @@ class _TensorFlowFinder:
             def exec_and_install(module: ModuleType) -> None:
                 if "exec_module" in vars(loader):
                     del loader.exec_module  # back to the class's own method
-                exec_module(module)  # TensorFlow's __init__; its errors are the program's
-                if finder_self in sys.meta_path:
-                    sys.meta_path.remove(finder_self)
-                _on_tensorflow(module)
+                exec_module(module)  # the module's own code; its errors are the program's
+                finder_self.installed(fullname, module)
 
             # Per-spec loader instance (FileFinder makes one per module): patching it touches
-            # nothing else. A loader with __slots__ refuses, and TensorFlow then loads untouched.
+            # nothing else. A loader with __slots__ refuses, and the module then loads untouched.
             loader.exec_module = exec_and_install
             return spec
         except Exception as e:
-            _warn("could not hook the tensorflow import", e)
+            _warn(f"could not hook the {fullname} import", e)
             return None
         finally:
             self.busy = False
+
+    def installed(self, fullname: str, module: ModuleType) -> None:
+        hooks = self.hooks.pop(fullname, [])
+        if not self.hooks and self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for hook in hooks:
+            hook(module)
 
 
 def _chain() -> None:
@@ -335,11 +388,17 @@ def _chain() -> None:
 
 
 def _start() -> None:
+    hooks: dict[str, list[Callable[[ModuleType], None]]] = {}
     if os.environ.get(ENV):
-        if "tensorflow" in sys.modules:  # a .pth file imported it before site ran sitecustomize
-            _on_tensorflow(sys.modules["tensorflow"])
-        else:
-            sys.meta_path.insert(0, _TensorFlowFinder())
+        hooks["tensorflow"] = [_on_tensorflow]
+    if os.environ.get(MEASURE_ENV):
+        for name in _MEASURED_MODULES:
+            hooks.setdefault(name, []).append(_measure_on(name))
+    for name in [n for n in hooks if n in sys.modules]:  # a .pth file imported it before site ran us
+        for hook in hooks.pop(name):
+            hook(sys.modules[name])
+    if hooks:
+        sys.meta_path.insert(0, _TensorFlowFinder(hooks))
     try:
         _chain()
     except Exception as e:

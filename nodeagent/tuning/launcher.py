@@ -12,7 +12,12 @@ torchrun and mpirun expect of the command they start. What is prepared before th
 - a CPU wake-up latency limit held open on /dev/cpu_dma_latency for the life of the job
   (Documentation/power/pm_qos_interface.rst: the request lasts while the file stays open);
 - the tf.data hook: nodeagent/hooks on PYTHONPATH (a `sitecustomize` that sets default
-  tf.data options) with the options in NODEAGENT_TF_DATA_OPTIONS.
+  tf.data options) with the options in NODEAGENT_TF_DATA_OPTIONS; the folder is put there as well
+  when NODEAGENT_MEASURE_DIR is set (by `exec --measure`, or by a caller that measures the job), so
+  the same `sitecustomize` measures the job's steps whatever the profile holds.
+
+`exec --measure` runs the same launch as a child instead (`enter`, then `spawn`), since nodeagent
+must outlive the job to report on it.
 
 Every failure the user can fix is a UsageError: one line, exit 64, never a traceback. A profile that
 does not exist is not one: the job runs unchanged after a warning (see `run`).
@@ -28,6 +33,7 @@ import platform
 import resource
 import shutil
 import struct
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +55,7 @@ RANK_VARS = (
 )
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
 TF_DATA_ENV = "NODEAGENT_TF_DATA_OPTIONS"
+MEASURE_DIR_ENV = "NODEAGENT_MEASURE_DIR"  # the measuring hook writes <pid>.json there
 DMA_LATENCY_ENV = "NODEAGENT_CPU_DMA_LATENCY_FD"  # tells the job which fd holds the request
 DMA_LATENCY_DEV = "/dev/cpu_dma_latency"
 NODE_ONLINE = "/sys/devices/system/node/online"
@@ -244,6 +251,11 @@ def _memlock_soft(settings: profile.LauncherSettings) -> int | None:
 def _add_tf_data_hook(env: dict[str, str], tf_data: dict[str, Any]) -> None:
     """The options for the hook, and the hook's folder first on PYTHONPATH (once)."""
     env[TF_DATA_ENV] = json.dumps(tf_data, sort_keys=True)
+    add_hooks_dir(env)
+
+
+def add_hooks_dir(env: dict[str, str]) -> None:
+    """nodeagent/hooks first on PYTHONPATH, once, so the job's Python imports its sitecustomize."""
     hooks = str(HOOKS_DIR)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hooks]
     env["PYTHONPATH"] = os.pathsep.join([hooks, *parts])
@@ -296,6 +308,8 @@ def prepare(
     settings = document.launcher or profile.LauncherSettings()
     if document.tf_data:
         _add_tf_data_hook(env, document.tf_data)
+    if env.get(MEASURE_DIR_ENV):
+        add_hooks_dir(env)
 
     search_path = env.get("PATH", os.defpath)
     if "/" not in command[0] and which(command[0], search_path) is None:
@@ -466,8 +480,9 @@ def _raise_memlock(soft: int) -> None:
         print(f"nodeagent exec: warning: cannot raise the memlock limit ({e})", file=sys.stderr)
 
 
-def execute(launch: Launch, machine: Machine) -> None:
-    """Bind, hold, and exec the command; returns only by raising."""
+def enter(launch: Launch, machine: Machine) -> dict[str, str]:
+    """Bind this process, raise its memlock limit and hold the wake-up latency request: what the
+    job inherits, through execve(2) or fork(2) alike. Returns the job's environment."""
     for note in launch.notes:
         print(f"nodeagent exec: note: {note}", file=sys.stderr)
     if launch.binding == "syscalls":
@@ -481,6 +496,18 @@ def execute(launch: Launch, machine: Machine) -> None:
             print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
         else:
             env[DMA_LATENCY_ENV] = str(fd)
+    return env
+
+
+def _cannot_execute(argv0: str, error: OSError) -> UsageError:
+    err = UsageError(f"{argv0}: cannot execute ({error.strerror})")
+    err.exit_code = EX_NOEXEC
+    return err
+
+
+def execute(launch: Launch, machine: Machine) -> None:
+    """Bind, hold, and exec the command; returns only by raising."""
+    env = enter(launch, machine)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -488,9 +515,27 @@ def execute(launch: Launch, machine: Machine) -> None:
     except FileNotFoundError:
         raise _NotFound(launch.argv[0], env.get("PATH", os.defpath)) from None
     except OSError as e:
-        err = UsageError(f"{launch.argv[0]}: cannot execute ({e.strerror})")
-        err.exit_code = EX_NOEXEC
-        raise err from None
+        raise _cannot_execute(launch.argv[0], e) from None
+
+
+def spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the job as a child with this process's standard streams, as execve would run it.
+
+    The binding, the memlock limit and the latency request are this process's (`enter`), and
+    fork(2) passes them on: CPU affinity and the memory policy are inherited by a child
+    (sched_setaffinity(2), set_mempolicy(2)), so nothing has to run in the child between fork and
+    exec (subprocess's preexec_fn is not safe with threads: its documentation says so). close_fds
+    is off as with execve: what was made inheritable, the latency request's descriptor, stays open
+    in the job, the rest is closed on exec anyway (PEP 446).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        return subprocess.Popen(argv, env=env, close_fds=False)
+    except FileNotFoundError:
+        raise _NotFound(argv[0], env.get("PATH", os.defpath)) from None
+    except OSError as e:
+        raise _cannot_execute(argv[0], e) from None
 
 
 def no_profile_warning(name: str, path: Path) -> str:
@@ -500,8 +545,10 @@ def no_profile_warning(name: str, path: Path) -> str:
     )
 
 
-def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False) -> int:
-    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run).
+def plan(
+    profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False
+) -> tuple[Launch, Machine]:
+    """The launch of `nodeagent exec` and the machine it was checked against.
 
     Without the profile the job runs unchanged, after one warning on stderr: the shipped launchers
     (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and a node
@@ -514,14 +561,21 @@ def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: 
     if doc is None:
         warning = no_profile_warning(profile_name, path)
         print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
-        # An empty profile: no binding, no environment, no hook. The rank selects nothing, so a
-        # launcher's rank variable is not even parsed: the job runs exactly as it would without us.
+        # An empty profile: no binding, no environment, no hook but the measuring one a caller
+        # asked for (NODEAGENT_MEASURE_DIR). The rank selects nothing, so a launcher's rank
+        # variable is not even parsed: the job runs exactly as it would without us.
         launch = prepare({}, str(path), command, local_rank or 0, os.environ, machine)
         launch.rank_source = "none (no profile)"
         if dry_run:
             launch.notes.append(warning)
     else:
         launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
+    return launch, machine
+
+
+def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False) -> int:
+    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run)."""
+    launch, machine = plan(profile_name, local_rank, command, dry_run)
     if dry_run:
         print(json.dumps(launch.to_dict(os.environ), indent=2))
         return 0

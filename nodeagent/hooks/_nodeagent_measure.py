@@ -1,0 +1,592 @@
+"""nodeagent's measuring hook: a TensorFlow job's training steps per second and the share of its step
+time spent waiting for input, with no change to the job.
+
+`sitecustomize` loads this file (from its own folder, by path) only when NODEAGENT_MEASURE_DIR is set,
+and only once the job imports TensorFlow or a Keras trainer: a job that never does pays nothing more
+than the tf.data hook's one finder.
+
+What is wrapped, right after the module that defines it is imported:
+- custom loops: `__next__` and `get_next` of tf.data's eager iterator (OwnedIterator,
+  tensorflow/python/data/ops/iterator_ops.py) and of tf.distribute's (DistributedIteratorBase,
+  tensorflow/python/distribute/input_lib.py). Each eager call is a step: its duration is the wait,
+  and a step lasts from one next() to the next (the exhausting call, StopIteration, ends the last
+  one). Calls made while a tf.function is traced are not steps (the graph pulls its own batches,
+  unseen). Every batch a Python loop pulls counts, so a loop that also pulls validation batches
+  eagerly counts those as steps too.
+- Keras 3 `fit` (keras/src/backend/tensorflow/trainer.py): fit calls `self.train_function(iterator)`
+  once per step and the batch is pulled inside a tf.function, invisible from Python. The wrapped
+  `make_train_function` wraps what it made: each call first pulls the batch eagerly (timed: the
+  wait) and then runs Keras' own compiled step on it, handing it over as a one-batch iterable, as
+  Keras' `train_on_batch` does. The model computes exactly what it did; the step function is traced
+  for eager tensors instead of an iterator, so a new batch shape (a last partial batch) traces it once
+  more. Only a plain tf.data iterator with steps_per_execution=1 is measured so; otherwise (several
+  steps per call, a tf.distribute iterator of per-replica values, a Keras other than 3) the calls
+  are still counted and the input wait is reported unknown, with the reason.
+- tf_keras (Keras 2: tf_keras/src/engine/training.py) pulls the batch inside its compiled
+  train_function, which cannot be fed anything but an iterator without retracing each step: its
+  calls are counted, steps_per_execution steps each, and the input wait is unknown.
+
+Warm-up: the first max(5, 5% of all) steps are not measured. The first step traces the step
+function (and compiles it with XLA), the next ones fill tf.data's buffers while its autotuner settles
+on parallelism (https://www.tensorflow.org/guide/data_performance_analysis); 5% keeps a long job's
+ramp-up out too. Measured: the complete steps after the warm-up; input wait share = the time inside
+next() / the time from the first measured step's start to the last one's end. What the job does
+between two steps (callbacks, validation, checkpoints) belongs to the step before: steps/s is the
+pace of the whole job, not of the compiled step alone.
+
+At exit (atexit: a job killed by a signal writes nothing) one JSON file, $NODEAGENT_MEASURE_DIR/<pid>.json,
+written atomically (temporary file + rename): {"pid", "source": "keras-fit" | "tf-data-loop",
+"steps", "warmup_steps", "measured_steps", "seconds", "steps_per_s", "input_wait_s",
+"input_wait_fraction", "input_wait_unknown"}; none when no step was seen. Keras fit's figures win
+over the loop's when both are there (Keras' own eager next() calls, such as the one that builds the
+model, are not training steps). With NODEAGENT_MEASURE_EVERY=SECONDS, one line on stderr that often,
+over the steps since the previous line, printed by the training thread as a step starts.
+
+Nothing here may break the job: any error warns once on stderr and the job runs on unmeasured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import Any
+
+DIR_ENV = "NODEAGENT_MEASURE_DIR"
+EVERY_ENV = "NODEAGENT_MEASURE_EVERY"
+# The same line as nodeagent.bench.run.INPUT_BOUND (the TF profiler's "highly input-bound" at 20%,
+# with a margin for a host-side timer); this file cannot import nodeagent, a test holds them equal.
+INPUT_BOUND = 0.25
+WARMUP_MIN_STEPS = 5
+WARMUP_SHARE = 0.05
+KERAS_FIT = "keras-fit"
+TF_DATA_LOOP = "tf-data-loop"
+_MARK = "_nodeagent_measured"
+
+_clock = time.perf_counter
+_warn_hook: list[Callable[..., None]] = []
+
+
+def _warn(what: str, error: BaseException | None = None) -> None:
+    """One line on stderr per kind of problem, through the tf.data hook's warning when there is one."""
+    if _warn_hook:
+        _warn_hook[0](what, error, "the job runs on without it", "measure")
+        return
+    detail = f": {type(error).__name__}: {error}" if error is not None else ""
+    try:  # noqa: SIM105
+        sys.stderr.write(f"nodeagent measure: {what}{detail}; the job runs on without it\n")
+    except Exception:
+        pass
+
+
+# -- the record of steps -------------------------------------------------------------------------
+
+
+class Steps:
+    """The steps of one source: when each began, how long it waited, how many steps it held.
+
+    A record's end is the next record's start; the last one's is `closed_at` when that came after
+    its start (the exhausting next(), or the end of a Keras call), else the last record is open and
+    not measured. A wait of -1 is unknown (the reason is kept in `reasons`).
+    """
+
+    def __init__(self, source: str, every_s: float | None) -> None:
+        from array import array
+
+        self.source = source
+        self.starts = array("d")
+        self.waits = array("d")
+        self.counts = array("q")
+        self.total = 0
+        self.closed_at: float | None = None
+        self.reasons: list[str] = []
+        self.every_s = every_s
+        # The periodic line: totals of the records that ended, and where the current window began.
+        self.done_steps = 0
+        self.done_wait = 0.0
+        self.done_unknown = 0
+        self.mark: tuple[float, int, float, int] | None = None  # (time, done_steps, done_wait, done_unknown)
+
+    def step(self, start: float, wait: float | None, count: int = 1, reason: str | None = None) -> None:
+        if self.starts:
+            self._ended(len(self.starts) - 1)
+        self.starts.append(start)
+        self.waits.append(-1.0 if wait is None else wait)
+        self.counts.append(count)
+        self.total += count
+        if reason is not None and reason not in self.reasons:
+            self.reasons.append(reason)
+        if self.every_s is not None:
+            self._maybe_print(start)
+
+    def close(self, at: float) -> None:
+        self.closed_at = at
+
+    def _ended(self, i: int) -> None:
+        self.done_steps += self.counts[i]
+        if self.waits[i] < 0:
+            self.done_unknown += 1
+        else:
+            self.done_wait += self.waits[i]
+
+    def _maybe_print(self, now: float) -> None:
+        if self.mark is None:
+            if self.total >= WARMUP_MIN_STEPS:
+                self.mark = (now, self.done_steps, self.done_wait, self.done_unknown)
+            return
+        began, steps, waited, unknown = self.mark
+        seconds = now - began
+        if self.every_s is None or seconds < self.every_s or seconds <= 0:
+            return
+        self.mark = (now, self.done_steps, self.done_wait, self.done_unknown)
+        rate = (self.done_steps - steps) / seconds
+        if self.done_unknown > unknown:
+            wait = f"input wait unknown ({self.reasons[-1] if self.reasons else 'not measured'})"
+        else:
+            share = (self.done_wait - waited) / seconds
+            bound = "input-bound" if share > INPUT_BOUND else "compute-bound"
+            wait = f"input wait {share:.0%} ({bound})"
+        try:  # noqa: SIM105
+            sys.stderr.write(f"nodeagent measure: {rate:.1f} steps/s, {wait}\n")
+        except Exception:  # a closed stderr must not break the job
+            pass
+
+    def _last_complete(self) -> int:
+        """The index of the last record whose end is known."""
+        last = len(self.starts) - 1
+        if self.closed_at is not None and last >= 0 and self.closed_at >= self.starts[last]:
+            return last
+        return last - 1
+
+    def _end(self, i: int) -> float:
+        return self.starts[i + 1] if i + 1 < len(self.starts) else float(self.closed_at or 0.0)
+
+    def summary(self, pid: int) -> dict[str, Any]:
+        warmup = max(WARMUP_MIN_STEPS, math.ceil(self.total * WARMUP_SHARE))
+        first, skipped = 0, 0
+        while first < len(self.counts) and skipped < warmup:
+            skipped += self.counts[first]
+            first += 1
+        last = self._last_complete()
+        doc: dict[str, Any] = {
+            "pid": pid,
+            "source": self.source,
+            "steps": self.total,
+            "warmup_steps": skipped,
+            "measured_steps": 0,
+            "seconds": 0.0,
+            "steps_per_s": None,
+            "input_wait_s": None,
+            "input_wait_fraction": None,
+            "input_wait_unknown": None,
+        }
+        if first > last:
+            doc["input_wait_unknown"] = (
+                f"no complete step after the warm-up (the first max({WARMUP_MIN_STEPS}, "
+                f"{WARMUP_SHARE:.0%}) steps; {self.total} steps seen)"
+            )
+            return doc
+        seconds = self._end(last) - self.starts[first]
+        steps = sum(self.counts[first : last + 1])
+        waits = self.waits[first : last + 1]
+        doc.update(measured_steps=steps, seconds=seconds)
+        doc["steps_per_s"] = steps / seconds if seconds > 0 else None
+        if any(w < 0 for w in waits):
+            doc["input_wait_unknown"] = "; ".join(self.reasons) or "not measured"
+        elif seconds > 0:
+            doc["input_wait_s"] = sum(waits)
+            doc["input_wait_fraction"] = doc["input_wait_s"] / seconds
+        else:
+            doc["input_wait_unknown"] = "the measured steps took no measurable time"
+        return doc
+
+
+_state: dict[str, Any] = {}
+
+
+def _steps(source: str) -> Steps:
+    """The record of `source`, created on first use (with the exit writer registered once)."""
+    found = _state.get(source)
+    if found is None:
+        found = _state[source] = Steps(source, _every())
+        if not _state.get("atexit"):
+            import atexit
+
+            _state["atexit"] = True
+            atexit.register(write_report)
+    assert isinstance(found, Steps)
+    return found
+
+
+def _every() -> float | None:
+    raw = os.environ.get(EVERY_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        every = float(raw)
+    except ValueError:
+        every = -1.0
+    if not every > 0 or every == float("inf"):
+        _warn(f"{EVERY_ENV}={raw!r} is not a number of seconds above 0: no progress line")
+        return None
+    return every
+
+
+def report() -> dict[str, Any] | None:
+    """This process's figures (Keras fit's when it ran steps, else the loop's); None without steps."""
+    for source in (KERAS_FIT, TF_DATA_LOOP):
+        steps = _state.get(source)
+        if isinstance(steps, Steps) and steps.total > 0:
+            return steps.summary(os.getpid())
+    return None
+
+
+def write_report() -> None:
+    """$NODEAGENT_MEASURE_DIR/<pid>.json, replaced whole (a reader never sees half of it)."""
+    try:
+        doc = report()
+        folder = os.environ.get(DIR_ENV, "")
+        if doc is None or not folder:
+            return
+        import json
+
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        tmp = os.path.join(folder, f".{os.getpid()}.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except Exception as e:
+        _warn(f"could not write the measurement to {os.environ.get(DIR_ENV)!r}", e)
+
+
+# -- tf.data and tf.distribute iterators (custom loops) ------------------------------------------
+
+
+class _Busy:
+    """Per-thread depth of measured calls: a next() inside a measured one (DistributedIterator's
+    __next__ calls its get_next; the Keras wrapper's own pull) is not another step."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.local = threading.local()
+
+    def enter(self) -> bool:
+        depth = getattr(self.local, "depth", 0)
+        self.local.depth = depth + 1
+        return depth == 0
+
+    def leave(self) -> None:
+        self.local.depth -= 1
+
+
+_busy: list[_Busy] = []
+
+
+def _wrap_next(
+    original: Callable[..., Any], eager: Callable[[], bool], ended: tuple[type[BaseException], ...]
+) -> Any:
+    import functools
+
+    @functools.wraps(original)
+    def measured_next(self: Any, *args: Any, **kwargs: Any) -> Any:
+        busy = _busy[0]
+        outermost = busy.enter()
+        try:
+            if not outermost or not eager():
+                return original(self, *args, **kwargs)
+            start = _clock()
+            try:
+                value = original(self, *args, **kwargs)
+            except ended:
+                _record_end(start)
+                raise
+            _record_step(start, _clock() - start)
+            return value
+        finally:
+            busy.leave()
+
+    return measured_next
+
+
+def _record_step(start: float, wait: float) -> None:
+    try:
+        _steps(TF_DATA_LOOP).step(start, wait)
+    except Exception as e:
+        _warn("could not record a step", e)
+
+
+def _record_end(at: float) -> None:
+    try:
+        _steps(TF_DATA_LOOP).close(at)
+    except Exception as e:
+        _warn("could not record the end of an iterator", e)
+
+
+def _patch(cls: type, name: str, wrapper: Callable[[Any], Any]) -> None:
+    """Wrap `name` where it is defined in `cls`'s MRO, once."""
+    owner = next((c for c in cls.__mro__ if name in c.__dict__), None)
+    if owner is None:
+        raise AttributeError(f"{cls.__name__}.{name} not found")
+    original = owner.__dict__[name]
+    if getattr(original, _MARK, False):
+        return
+    wrapped = wrapper(original)
+    setattr(wrapped, _MARK, True)
+    setattr(owner, name, wrapped)
+
+
+def on_tensorflow(tf: ModuleType, warn: Callable[..., None] | None = None) -> None:
+    """Wrap the eager iterators' next() of tf.data and tf.distribute."""
+    _setup(warn)
+    import importlib
+
+    context = importlib.import_module("tensorflow.python.eager.context")
+    iterator_ops = importlib.import_module("tensorflow.python.data.ops.iterator_ops")
+    ended = (StopIteration, tf.errors.OutOfRangeError)
+
+    def wrap(original: Callable[..., Any]) -> Any:
+        return _wrap_next(original, context.executing_eagerly, ended)
+
+    for name in ("__next__", "get_next"):
+        _patch(iterator_ops.OwnedIterator, name, wrap)
+    try:
+        input_lib = importlib.import_module("tensorflow.python.distribute.input_lib")
+        for name in ("__next__", "get_next"):
+            _patch(input_lib.DistributedIteratorBase, name, wrap)
+    except Exception as e:  # tf.distribute's internals moved: custom loops over tf.data still count
+        _warn("tf.distribute iterators are not measured", e)
+
+
+def _setup(warn: Callable[..., None] | None) -> None:
+    if warn is not None and not _warn_hook:
+        _warn_hook.append(warn)
+    if not _busy:
+        _busy.append(_Busy())
+
+
+# -- Keras 3 fit ---------------------------------------------------------------------------------
+
+
+class _KerasKinds:
+    """The iterator types a Keras 3 train function is called with: the plain tf.data one (measured)
+    and tf.distribute's; `plain` is None for a Keras whose train function is not known."""
+
+    def __init__(self, plain: type | None, distributed: type | None) -> None:
+        self.plain = plain
+        self.distributed = distributed
+
+    def unmeasurable(self, model: Any, iterator: Any) -> str | None:
+        """Why the wait of this call cannot be measured; None when it can."""
+        per_call = getattr(model, "steps_per_execution", 1)
+        if per_call != 1:
+            return (
+                f"steps_per_execution={per_call}: Keras pulls the batches inside one compiled call, so "
+                "waiting for them cannot be told apart from computing (steps_per_execution=1 measures it)"
+            )
+        if self.plain is None:
+            return "a Keras other than 3 (its train function is not known to take a batch)"
+        if isinstance(iterator, self.plain):
+            return None
+        if self.distributed is not None and isinstance(iterator, self.distributed):
+            return "a tf.distribute strategy's batches (per-replica values) are pulled in the compiled step"
+        return f"the batches come from a {type(iterator).__name__} the program hands over (train_on_batch)"
+
+    def counting(self, iterator: Any) -> _Pulls | None:
+        """A Python iterable of batches (train_on_batch's) wrapped to count the batches Keras takes,
+        one step each; None for TensorFlow's iterators, which Keras reads inside the compiled call
+        (steps_per_execution steps per call, as Keras counts them itself)."""
+        tf_kinds = tuple(k for k in (self.plain, self.distributed) if k is not None)
+        if self.plain is None or isinstance(iterator, tf_kinds):
+            return None
+        return _Pulls(iterator)
+
+
+class _Pulls:
+    """Iterates over `source`, counting what is taken."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = iter(source)
+        self.count = 0
+
+    def __iter__(self) -> _Pulls:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self.source)
+        self.count += 1
+        return item
+
+
+def _safely(action: Callable[[], None]) -> None:
+    try:
+        action()
+    except Exception as e:
+        _warn("could not record a Keras step", e)
+
+
+def _keras_train_function(model: Any, made: Callable[[Any], Any], kinds: _KerasKinds) -> Any:
+    import functools
+
+    record = _steps(KERAS_FIT)
+
+    def counted(start: float, why: str, count: int) -> None:
+        record.step(start, None, count, why)
+        record.close(_clock())
+
+    def measured(start: float, waited: float) -> None:
+        record.step(start, waited)
+        record.close(_clock())
+
+    @functools.wraps(made)
+    def train_function(iterator: Any) -> Any:
+        start = _clock()
+        try:
+            why = kinds.unmeasurable(model, iterator)
+        except Exception as e:
+            _warn("could not inspect Keras' train function call", e)
+            return made(iterator)
+        if why is not None:
+            pulls = kinds.counting(iterator)
+            try:
+                logs = made(iterator if pulls is None else pulls)
+            except StopIteration:
+                _safely(lambda: record.close(start))
+                raise
+            count = int(getattr(model, "steps_per_execution", 1) or 1) if pulls is None else pulls.count
+            _safely(lambda: counted(start, why, count))
+            return logs
+        busy = _busy[0]
+        busy.enter()  # Keras' pull is not also a loop's step
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            _safely(lambda: record.close(start))
+            raise
+        finally:
+            busy.leave()
+        waited = _clock() - start
+        logs = made([batch])  # Keras' own step on that batch, as train_on_batch hands it one
+        _safely(lambda: measured(start, waited))
+        return logs
+
+    setattr(train_function, _MARK, True)
+    return train_function
+
+
+def _wrap_make_train_function(kinds: _KerasKinds) -> Callable[[Any], Any]:
+    def wrapper(original: Callable[..., Any]) -> Any:
+        import functools
+
+        @functools.wraps(original)
+        def make_train_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            try:
+                made = getattr(self, "train_function", None)
+                if made is not None and not getattr(made, _MARK, False):
+                    self.train_function = _keras_train_function(self, made, kinds)
+                    if result is made:
+                        result = self.train_function
+            except Exception as e:
+                _warn("could not measure Keras' train function", e)
+            return result
+
+        return make_train_function
+
+    return wrapper
+
+
+def on_keras_trainer(module: ModuleType, warn: Callable[..., None] | None = None) -> None:
+    """Wrap Keras 3's TensorFlowTrainer.make_train_function (keras/src/backend/tensorflow/trainer.py)."""
+    _setup(warn)
+    import importlib
+
+    kinds = _KerasKinds(None, None)
+    try:
+        kinds.distributed = importlib.import_module("tensorflow").distribute.DistributedIterator
+        version = importlib.import_module("keras.src.version").__version__
+        if str(version).split(".")[0] == "3":
+            kinds.plain = importlib.import_module("tensorflow.python.data.ops.iterator_ops").OwnedIterator
+    except Exception as e:
+        _warn("Keras' version is unknown: fit's steps are counted, its input wait is not measured", e)
+    _patch(module.TensorFlowTrainer, "make_train_function", _wrap_make_train_function(kinds))
+
+
+# -- tf_keras (Keras 2) --------------------------------------------------------------------------
+
+_TF_KERAS_WHY = (
+    "tf_keras pulls each batch inside its compiled train_function, so waiting for it cannot be told "
+    "apart from computing"
+)
+
+
+def _tf_keras_per_call(model: Any) -> int:
+    variable = getattr(model, "_steps_per_execution", None)
+    if variable is None:
+        return 1
+    return int(variable.numpy().item())
+
+
+def _tf_keras_train_function(model: Any, made: Callable[[Any], Any]) -> Any:
+    import functools
+
+    record = _steps(KERAS_FIT)
+
+    @functools.wraps(made)
+    def train_function(*args: Any, **kwargs: Any) -> Any:
+        start = _clock()
+        try:
+            logs = made(*args, **kwargs)
+        except StopIteration:
+            record.close(start)
+            raise
+        try:
+            record.step(start, None, _tf_keras_per_call(model), _TF_KERAS_WHY)
+            record.close(_clock())
+        except Exception as e:
+            _warn("could not count a tf_keras step", e)
+        return logs
+
+    setattr(train_function, _MARK, True)
+    return train_function
+
+
+def _wrap_tf_keras_make(original: Callable[..., Any]) -> Any:
+    import functools
+
+    @functools.wraps(original)
+    def make_train_function(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        try:
+            made = getattr(self, "train_function", None)
+            if made is not None and not getattr(made, _MARK, False):
+                self.train_function = _tf_keras_train_function(self, made)
+                if result is made:
+                    result = self.train_function
+        except Exception as e:
+            _warn("could not count tf_keras' steps", e)
+        return result
+
+    return make_train_function
+
+
+def on_tf_keras_training(module: ModuleType, warn: Callable[..., None] | None = None) -> None:
+    """Wrap tf_keras' Model.make_train_function (tf_keras/src/engine/training.py): steps only."""
+    _setup(warn)
+    _patch(module.Model, "make_train_function", _wrap_tf_keras_make)
+
+
+# The modules whose import installs a wrapper, and what installs it (sitecustomize's finder).
+HOOKS: dict[str, Callable[..., None]] = {
+    "tensorflow": on_tensorflow,
+    "keras.src.backend.tensorflow.trainer": on_keras_trainer,
+    "tf_keras.src.engine.training": on_tf_keras_training,
+}

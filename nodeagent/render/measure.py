@@ -1,0 +1,35 @@
+"""What `nodeagent exec --measure` prints on stderr when the job has ended (stdout is the job's)."""
+
+from __future__ import annotations
+
+from nodeagent.bench.measure import MeasuredRun, diagnosis
+
+PREFIX = "nodeagent measure:"
+
+
+def _resources(run: MeasuredRun) -> str:
+    used = run.cpu_utilisation
+    share = "unknown" if used is None else f"{used:.0%}"
+    cpus = "1 CPU" if run.cpus == 1 else f"{run.cpus} CPUs"
+    return f"wall time {run.wall_s:.1f} s, CPU utilisation {share} of {cpus}"
+
+
+def lines(run: MeasuredRun) -> list[str]:
+    """The summary: steps per second, the input wait share, the diagnosis with its tuner; or, for a
+    job that ran no TensorFlow training step, its wall time and CPU use."""
+    figures = run.figures
+    if figures is None:
+        return [f"{PREFIX} no TensorFlow training steps were seen: {_resources(run)}"]
+    out: list[str] = []
+    if figures.steps_per_s is not None:
+        ranks = f" over {figures.processes} processes" if figures.processes > 1 else ""
+        wait = figures.input_wait_fraction
+        out.append(
+            f"{PREFIX} {figures.steps_per_s:.1f} steps/s{ranks} ({figures.source}: {figures.measured_steps} "
+            f"steps measured after {figures.warmup_steps} warm-up), input wait "
+            + ("unknown" if wait is None else f"{wait:.0%} of the step time")
+        )
+    out.append(f"{PREFIX} {diagnosis(figures)}")
+    out.append(f"{PREFIX} {_resources(run)}")
+    out.extend(f"{PREFIX} skipped {reason}" for reason in figures.skipped)
+    return out
