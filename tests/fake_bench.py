@@ -43,6 +43,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--repeats", type=int, required=True)
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--serve", action="store_true")
     a = p.parse_args()
     key = a.config.upper()
     log = os.environ.get("FAKE_ARGS_LOG")
@@ -72,6 +73,8 @@ def main() -> int:
     values = [speed * (1 + pid_jitter + 0.004 * ((i * 3) % 5 - 2)) for i in range(a.repeats)]
     wait = None if a.config in ("input_only", "compute_only") else float(os.environ.get("FAKE_WAIT", "0.4"))
     cpu = {"input_only": 0.004, "compute_only": 0.006}.get(a.config, 0.01)
+    if a.serve:
+        return serve(values[0] / (1 + pid_jitter - 0.008), wait, intra)
     print("some chatter on stdout")
     doc = {
         "config": a.config,
@@ -87,6 +90,16 @@ def main() -> int:
         "tf_data_options": {},
     }
     print(json.dumps(doc))
+    return 0
+
+
+def serve(speed: float, wait: float | None, intra: str | None) -> int:
+    """--serve: a ready line, then one repeat's figures per `run` line (jitter +-0.8%, by count)."""
+    print(json.dumps({"ready": True, "intra_op_threads": int(intra or 2), "inter_op_threads": 2}), flush=True)
+    for k, line in enumerate(sys.stdin):
+        if line.strip() == "run":
+            rate = speed * (1 + 0.004 * ((k * 3) % 5 - 2))
+            print(json.dumps({"images_per_s": rate, "input_wait_fraction": wait, "cpu_s": 0.001}), flush=True)
     return 0
 
 

@@ -204,71 +204,88 @@ def test_apply_partly_failing_verification(
 def verify(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
     code, out = nodeagent(capsys, "tune", "--apply", "--verify", "--quick", *args)
     lines = story_of(out)
-    assert_consistent(lines)
+    assert_consistent_verify(lines)
     return code, lines
 
 
-def test_apply_verify_kept(capsys: pytest.CaptureFixture[str], fake_worker: Path) -> None:
+def assert_consistent_verify(lines: list[str]) -> None:
+    """What every story of tune --apply --verify must hold: each change told in order (applied,
+    measured, then kept or reverted), and the profile to run jobs with named only when it exists."""
+    assert lines[0].startswith("planned:"), lines
+    for i, line in enumerate(lines):
+        if line.startswith("applied: ") and ": journal " in line:
+            tuner = line.split(":")[1].strip()
+            assert lines[i + 1].startswith(f"measured: {tuner}: "), lines
+            assert lines[i + 2].startswith((f"kept: {tuner}: ", f"reverted: {tuner}: ")), lines
+    uses = [line for line in lines if line.startswith("use:")]
+    assert bool(uses) == profile.profile_path("default").exists(), lines
+    kept = [line for line in lines if line.startswith("kept: ")]
+    undo = [line for line in lines if line.startswith("undo: ")]
+    assert len(kept) == len(undo), lines
+    for line in undo:
+        jid = line.split("`")[1].split()[-1]
+        assert journal.find(jid).state == journal.APPLIED  # what the story says to undo is applied
+
+
+def decisions(lines: list[str]) -> list[str]:
+    return [
+        line.split(":")[0] + ":" + line.split(":")[1]
+        for line in lines
+        if line.startswith(("kept:", "reverted:"))
+    ]
+
+
+def test_apply_verify_keeps_each_change_only_when_it_is_faster(
+    capsys: pytest.CaptureFixture[str], fake_worker: Path
+) -> None:
+    """The fake worker is 1.5x faster with more than one intra-op thread (tf-threads' plan here)
+    and indifferent to tf.data options: tf-threads is kept, tf-data reverted on its own."""
     code, lines = verify(capsys, "--only", "tf-threads,tf-data")
     assert code == bench_verify.EXIT_KEPT
-    (j,) = journal.all_journals()
-    assert j.state == journal.APPLIED
+    assert decisions(lines) == ["kept: tf-threads", "reverted: tf-data"]
+    kept, reverted = journal.all_journals()
+    assert (kept.state, reverted.state) == (journal.APPLIED, journal.REVERTED)
     assert re.fullmatch(
-        r"measured: tuned [\d.]+ images/s .* vs baseline .*above 1", the_only(lines, "measured:")
+        r"measured: tf-threads: B is [\d.]+% faster than A: B/A = 1\.5\d\d, .*",
+        the_only(lines, "measured: tf-threads"),
     )
-    assert the_only(lines, "kept:") == (
-        f"kept: tuned is significantly faster than the baseline, so journal {j.id} stays applied"
+    assert the_only(lines, "reverted:") == (
+        f"reverted: tf-data: not significantly faster: journal {reverted.id} undone: profile default restored"
     )
     assert the_only(lines, "use:") == "use: run jobs with `nodeagent exec --profile default -- CMD`"
-    assert profile.profile_path("default").exists()  # the profile the story tells to use is there
+    saved = profile.load("default")
+    assert "tf_data" not in saved and saved["env"]["TF_NUM_INTRAOP_THREADS"] != "1"
 
 
 def test_apply_verify_reverted(capsys: pytest.CaptureFixture[str], fake_worker: Path) -> None:
-    """A verify that reverts: it used to say "dry run", then revert, then "applied" and "run jobs
-    with `nodeagent exec --profile default`", a profile the revert had just removed."""
+    """Nothing faster: both reverted, and nothing tells to use a profile the reverts removed."""
     code, lines = verify(capsys, "--only", "tf-threads,tf-data", "--set", "tf-threads.intra_op=1")
-    assert code == bench_verify.EXIT_REVERTED
-    (j,) = journal.all_journals()
-    assert j.state == journal.REVERTED
-    assert [part(line) for line in lines] == ["planned:", "applied:", "measured:", "reverted:", "remains:"]
-    assert the_only(lines, "reverted:") == (
-        f"reverted: tuned is not significantly faster than the baseline: journal {j.id} undone: profile "
-        "default removed (there was none before)"
-    )
+    assert code == bench_verify.EXIT_NONE_KEPT
+    assert decisions(lines) == ["reverted: tf-threads", "reverted: tf-data"]
+    assert all(j.state == journal.REVERTED for j in journal.all_journals())
+    assert "slower than A" in the_only(lines, "measured: tf-threads")
     assert lines[-1] == "remains: nothing of this run: the node is as it was before it"
     assert not profile.profile_path("default").exists()
 
 
-def test_apply_verify_benchmark_failed(
+def test_apply_verify_trial_failed(
     capsys: pytest.CaptureFixture[str], fake_worker: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_FAIL_WHEN_TUNED", "crashed under the profile")
-    code, lines = verify(capsys, "--only", "tf-threads")
-    assert code == bench_verify.EXIT_BENCH_FAILED
+    code, lines = verify(capsys, "--only", "tf-threads,tf-data")
+    assert code == bench_verify.EXIT_FAILED
     (j,) = journal.all_journals()
-    assert the_only(lines, "measured:").startswith("measured: the tuned benchmark failed (")
-    assert "crashed under the profile" in the_only(lines, "measured:")
-    assert the_only(lines, "reverted:").startswith(
-        f"reverted: the tuned benchmark failed, so no gain is shown: journal {j.id} undone"
+    assert j.state == journal.REVERTED
+    measured = the_only(lines, "measured:")
+    assert (
+        measured.startswith("measured: tf-threads: the trials failed: ")
+        and "crashed under the profile" in measured
     )
-    # Before anything was applied: nothing to revert, and the story says nothing was changed.
-    monkeypatch.delenv("FAKE_FAIL_WHEN_TUNED")
-    monkeypatch.setenv("FAKE_FAIL_TUNED", "cannot decode")
-    code, lines = verify(capsys, "--only", "tf-threads")
-    assert code == bench_verify.EXIT_BENCH_FAILED
-    assert [part(line) for line in lines] == ["planned:", "applied:", "measured:", "kept:", "remains:"]
-    assert lines[1] == "applied: nothing: the baseline benchmark failed before anything was applied"
-    assert lines[2].startswith("measured: the baseline benchmark failed (") and "cannot decode" in lines[2]
-    assert lines[3] == "kept: nothing: nothing was applied"
-    assert len(journal.all_journals()) == 1  # the first run's only
-
-
-def test_the_story_knows_the_decisions_of_verify() -> None:
-    assert (tune_story.KEPT, tune_story.REVERTED, tune_story.NOTHING, tune_story.NOT_APPLIED) == (
-        bench_verify.KEPT,
-        bench_verify.REVERTED,
-        bench_verify.NOTHING,
-        bench_verify.NOT_APPLIED,
+    assert the_only(lines, "reverted:").startswith(
+        f"reverted: tf-threads: its trials failed, so no gain is shown: journal {j.id} undone"
+    )
+    assert the_only(lines, "applied: tf-data").startswith(
+        "applied: tf-data: nothing: the trials of an earlier change failed"
     )
 
 

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nodeagent.api.tune import Plan, Tuner
-    from nodeagent.bench.run import ProgressFn
-    from nodeagent.bench.verify import VerifyResult
+    from nodeagent.app.verify import BlockFn
+    from nodeagent.bench.ab import TrialFn
+    from nodeagent.bench.verify import Job, Progress, StepwiseResult
     from nodeagent.core.finding import Finding
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from nodeagent.tuning.journal import Journal
     from nodeagent.tuning.persist import PersistPlan
 
-PhaseFn = Callable[[str, float, float], None]
+ChangeFn = Callable[["Progress"], None]
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class TuneRun:
     host: str
     plans: list[Plan]
     applied: ApplyResult | None = None
-    checked: VerifyResult | None = None
+    checked: StepwiseResult | None = None
     persisting: PersistPlan | None = None
     story: list[str] = field(default_factory=list)
 
@@ -87,7 +88,7 @@ class TuneRun:
     def exit_code(self) -> int:
         from nodeagent.core.finding import worst
 
-        if self.checked is not None and (self.checked.exit_code or self.applied is None):
+        if self.checked is not None:
             return self.checked.exit_code
         if self.applied is not None:
             return worst(f.status for f in self.applied.findings).exit_code
@@ -104,43 +105,51 @@ class TuneRun:
             doc["profile"] = str(self.applied.profile_path) if self.applied.profile_path else None
             doc["verify"] = [f.to_dict() for f in self.applied.findings]
         if self.checked is not None:
-            doc["bench_verify"] = self.checked.to_dict()
+            doc["verify"] = self.checked.to_dict()
         if self.persisting is not None:
             doc["persist"] = self.persisting.to_dict()
         doc["story"] = self.story
         return doc
 
 
-def validate(request: TuneRequest, do_apply: bool, verify: bool, quick: bool) -> None:
-    """The usage errors of a run, found before anything starts (a progress bar, a lock)."""
+def validate(request: TuneRequest, do_apply: bool, verify: Job | None, quick: bool = False) -> None:
+    """The usage errors of a run, found before anything starts (a progress display, a lock)."""
     from nodeagent.core.errors import UsageError
 
-    if verify:
-        if not do_apply:
-            raise UsageError("--verify measures, applies and measures again: give --apply too")
-        if request.root is not None:
-            raise UsageError("--verify benchmarks this machine: it cannot be used with --root")
+    if verify is None:
+        if quick:
+            raise UsageError("--quick sizes the trials of --verify: give --apply --verify too")
+        return
+    if not do_apply:
+        raise UsageError("--verify applies each change and measures it: give --apply too")
+    if request.root is not None:
+        raise UsageError("--verify measures a job on this machine: it cannot be used with --root")
+    if request.persist:
+        raise UsageError(
+            "--persist with --verify: verify first, then persist what was kept "
+            "(`nodeagent tune --apply --persist --only KEPT`)"
+        )
+    verify.validate()
+    if verify.builtin:
         from nodeagent.app.bench import need_tensorflow
 
         need_tensorflow()
-    elif quick:
-        raise UsageError("--quick sizes the benchmark of --verify: give --apply --verify too")
 
 
 def run(
     request: TuneRequest,
     do_apply: bool = False,
-    verify: bool = False,
-    quick: bool = False,
-    on_progress: ProgressFn | None = None,
-    on_phase: PhaseFn | None = None,
+    verify: Job | None = None,
+    on_change: ChangeFn | None = None,
+    on_trial: TrialFn | None = None,
+    on_block: BlockFn | None = None,
 ) -> TuneRun:
-    """Plan; with `do_apply`, apply (and with `verify`, keep only what the benchmark proves faster)."""
+    """Plan; with `do_apply`, apply (and with `verify`, keep each change only when A/B trials of
+    the job show it faster: nodeagent.bench.verify)."""
     from nodeagent.host import open_host
     from nodeagent.tuning.state import lock
-    from nodeagent.tuning.story import tune_story
 
-    validate(request, do_apply, verify, quick)
+    validate(request, do_apply, verify)
     selected = request.tuners()
     params = request.params(selected)
     # --persist reads the persistent files' old content while planning: hold the state lock from
@@ -153,45 +162,42 @@ def run(
 
             runtime = [c for p in out.plans for c in p.changes]
             out.persisting = persist.plan(persist.collect(host), runtime)
-        if do_apply:
-            _apply(request, host, selected, out, verify, quick, on_progress, on_phase)
-    out.story = tune_story(
-        out.plans,
-        out.applied,
-        out.checked,
-        do_apply=do_apply,
-        profile_name=request.profile,
-        persisting=out.persisting,
-    )
+        if do_apply and verify is not None:
+            from nodeagent.bench import verify as judged
+
+            verifiers = {t.id: t.verify for t in selected if t.verify}
+            out.checked = judged.one_at_a_time(
+                host, out.plans, request.profile, verify, verifiers, on_change, on_trial, on_block
+            )
+        elif do_apply:
+            _apply(request, host, selected, out)
+    out.story = _story(out, do_apply, request.profile)
     return out
 
 
-def _apply(
-    request: TuneRequest,
-    host: Host,
-    selected: Sequence[Tuner[Any, Any]],
-    out: TuneRun,
-    verify: bool,
-    quick: bool,
-    on_progress: ProgressFn | None,
-    on_phase: PhaseFn | None,
-) -> None:
+def _story(out: TuneRun, do_apply: bool, profile_name: str) -> list[str]:
+    from nodeagent.tuning import story
+
+    if out.checked is not None:
+        from nodeagent.bench.verify import stepwise_story
+
+        return [
+            story.planned(out.plans),
+            *stepwise_story(out.checked, profile_name),
+            *story.advice(out.plans),
+        ]
+    return story.tune_story(
+        out.plans, out.applied, do_apply=do_apply, profile_name=profile_name, persisting=out.persisting
+    )
+
+
+def _apply(request: TuneRequest, host: Host, selected: Sequence[Tuner[Any, Any]], out: TuneRun) -> None:
     from nodeagent.tuning import apply
 
     verifiers = {t.id: t.verify for t in selected if t.verify}
-
-    def apply_now() -> ApplyResult:
-        return apply.apply(host, out.plans, request.profile, verifiers=verifiers, persisting=out.persisting)
-
-    if not verify:
-        out.applied = apply_now()
-        return
-    from nodeagent.bench import verify as bench_verify
-
-    out.checked = bench_verify.verify(
-        apply_now, request.profile, quick, on_progress=on_progress, on_phase=on_phase
+    out.applied = apply.apply(
+        host, out.plans, request.profile, verifiers=verifiers, persisting=out.persisting
     )
-    out.applied = out.checked.applied
 
 
 def apply_plans(request: TuneRequest, chosen: list[Plan]) -> ApplyResult:

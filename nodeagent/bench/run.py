@@ -56,7 +56,12 @@ GUIDE = "https://www.tensorflow.org/guide/data_performance"
 # that must run with TensorFlow's defaults (TF_NUM_*: process_util.cc; OMP/MKL: oneDNN's OpenMP).
 THREAD_PREFIXES = ("TF_NUM_", "MKL_")
 THREAD_VARS = ("OMP_NUM_THREADS",)
-HOOK_VARS = ("NODEAGENT_TF_DATA_OPTIONS", "NODEAGENT_CPU_DMA_LATENCY_FD")
+HOOK_VARS = (
+    "NODEAGENT_TF_DATA_OPTIONS",
+    "NODEAGENT_CPU_DMA_LATENCY_FD",
+    "NODEAGENT_MEASURE_DIR",  # a parent `exec --measure`'s: each run measures into its own folder
+    "NODEAGENT_MEASURE_EVERY",
+)
 TAIL_LINES = 25
 # Other processes taking more than this share of the machine's CPU time during a config's run make
 # its figures suspect: intervals must be within 3% of the median, and a neighbour using
@@ -347,7 +352,7 @@ def parse_result(stdout: str) -> dict[str, Any]:
     return doc
 
 
-def _busy_cpu_s() -> float | None:
+def busy_cpu_s() -> float | None:
     """CPU seconds the whole machine has spent busy since boot: user, nice, system, irq, softirq and
     steal (the hypervisor gave our vCPU to another), from psutil's reading of /proc/stat (proc(5);
     guest time is already inside user). None where the platform does not report them."""
@@ -367,7 +372,7 @@ def _busy_cpu_s() -> float | None:
     )
 
 
-def _own_cpu_s() -> float:
+def own_cpu_s() -> float:
     """CPU seconds of this process and of its finished children (the worker, once reaped)."""
     import psutil
 
@@ -385,7 +390,7 @@ def interference(busy_s: float, ours_s: float, wall_s: float, cpus: int) -> floa
 def run_worker(spec: Spec, timeout_s: float, on_line: Callable[[int, int], None] | None = None) -> WorkerRun:
     """Run one worker to completion; progress lines go to `on_line(done, total)` as they come."""
     start = time.monotonic()
-    busy0, own0 = _busy_cpu_s(), _own_cpu_s()
+    busy0, own0 = busy_cpu_s(), own_cpu_s()
     try:
         proc = subprocess.Popen(
             spec.argv,
@@ -428,10 +433,10 @@ def run_worker(spec: Spec, timeout_s: float, on_line: Callable[[int, int], None]
             proc.wait()
     reader.join()
     duration = time.monotonic() - start
-    busy1 = _busy_cpu_s()
+    busy1 = busy_cpu_s()
     share = None
     if busy0 is not None and busy1 is not None:
-        share = interference(busy1 - busy0, _own_cpu_s() - own0, duration, os.cpu_count() or 1)
+        share = interference(busy1 - busy0, own_cpu_s() - own0, duration, os.cpu_count() or 1)
     stderr_tail = "\n".join(tail)
     if timed_out.is_set():
         return WorkerRun(

@@ -1,183 +1,515 @@
-"""`nodeagent tune --apply --verify`: measure, apply, measure again, keep only a proven gain.
+"""Verify on the user's job: A/B trials of a profile (`nodeagent verify`), and `nodeagent tune
+--apply --verify`, which judges each planned change alone and keeps only a proven gain.
 
-1. baseline: the user's plain pipeline (the worker's `tuned` config: no explicit tf.data options)
-   run as plain `python`, not through `nodeagent exec`, in the caller's environment as it is
-   (thread variables included: they are part of how the user's jobs run today, and what a
-   tf-threads profile corrects), minus what a parent `nodeagent exec` may have left there (its
-   tf.data hook), so the baseline is never tuned by stealth;
-2. apply the plans (nodeagent.tuning.apply: journal first, runtime writes, profile);
-3. tuned: the same program through `nodeagent exec --profile P` (plain `python` when the apply
-   wrote no profile: runtime changes reach every process anyway);
-4. keep the changes only when tuned is significantly faster than baseline (the bootstrap CI of the
-   ratio of medians above 1: nodeagent.bench.stats); otherwise revert the journal, which restores
-   the runtime values and the profile file as they were, and say why with both medians, their
-   intervals and the verdict.
+The sides:
+- A is the job as it is: the command through `nodeagent exec` with the profile as it was before the
+  change (an empty profile for `nodeagent verify`: no environment, binding or hook), so both sides
+  pay the same launcher start-up (about 0.3 s of Python) and only the change differs;
+- B is the same command through `nodeagent exec --profile NAME`;
+- runtime-scope changes (sysfs, /proc/sys) are switched to each side's values before each trial
+  through their journals (nodeagent.tuning.toggle);
+- without a command, both sides run the built-in tf.data + XLA workload (the user's plain pipeline
+  of the benchmark, `worker --config tuned --serve`).
 
-Exit codes: 0 kept (or nothing was applied, so nothing to judge), 1 reverted because tuned was not
-significantly faster, 2 a benchmark failed (before the apply: nothing changed; after it: reverted,
-since a gain that cannot be measured is not shown).
+One change at a time (tune --apply --verify): the plans are taken in the planner's order; each is
+applied alone (its own journal), judged by A/B trials against the node with the changes kept so
+far, kept only when B is significantly faster, else reverted through its journal (runtime values
+and profile as they were). A change helping one job and hurting another is judged on this job
+only: that is the point of verifying on the job that matters.
+
+Exit codes: `nodeagent verify`: 0 B is significantly faster, 1 it is not (no significant difference
+or slower: the verdict says which), 2 a trial failed (nothing judged). `tune --apply --verify`: 0 at
+least one change kept and none failed (or nothing to apply), 1 none kept, 2 a trial failed (that
+change is reverted, the later ones are not applied).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Callable
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.bench import run, stats
+from nodeagent.bench import ab, paired, run, stats
+from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
+    from nodeagent.api.tune import Plan
     from nodeagent.core.finding import Finding
-    from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.host import Host
+    from nodeagent.tuning.apply import ApplyResult, Verifier
+    from nodeagent.tuning.journal import Journal
 
-KEPT = "kept"
-REVERTED = "reverted"
-NOTHING = "nothing applied"
-NOT_APPLIED = "not applied"
-EXIT_KEPT, EXIT_REVERTED, EXIT_BENCH_FAILED = 0, 1, 2
-# Processes per side in quick mode. Quick runs are short (a repeat is about 0.1 s) and measured
-# here to differ by 15-35% from one process to the next (CPU contention of the VM, tf.data's
-# autotuner still ramping), against 5-15% between the repeats of one process: with one process a
-# side the interval would only hold the within-process part and call chance shifts significant.
-# Three a side let the two-stage bootstrap see the spread between processes (nodeagent.bench.stats).
-QUICK_PROCESSES = 3
+KEPT, REVERTED, NOTHING, NOT_RUN, MEASURED = "kept", "reverted", "nothing to apply", "not run", "measured"
+EXIT_KEPT, EXIT_NONE_KEPT, EXIT_FAILED = 0, 1, 2
+
+# The built-in workload's trial: one repeat of this many steps (quick sizes: about 0.15 s here;
+# default sizes: about 0.4 s). Short trials: on the 2-CPU VM this was measured on, the log ratio of
+# two adjacent trials varies by 11-17% (sd) whether a trial lasts 0.1 s or 1 s (the host slows our
+# vCPUs down for seconds at a time), so many short pairs beat few long ones.
+TRIAL_STEPS = {True: 8, False: 4}
+PAIRS_PER_BLOCK = 16  # per pair of processes: their start-up (about 6 s for both) is paid once
+# --quick on the built-in workload: stop within this budget, or when the interval is within +-3%.
+QUICK_BUDGET_S = 165.0
+QUICK_PRECISION_PCT = 3.0
+BLOCKS = {  # the block limit: (built-in, command) x quick
+    (True, True): 16,
+    (True, False): 40,
+    (False, True): 20,
+    (False, False): 40,
+}
+PRECISION_PCT = 1.0  # otherwise: stop when the ratio is known within +-1%
+WORKER_TIMEOUT_S = 300.0
+A_PROFILE = "nodeagent-verify-a-{pid}"
+_META = ("name", "host", "updated")
+
+
+@dataclass(frozen=True)
+class Job:
+    """What is measured: the user's command (None: the built-in workload) and how."""
+
+    command: tuple[str, ...] | None = None
+    metric: str | None = None  # a regular expression: its first group is the rate
+    quick: bool = False
+    pairs: int | None = None  # the block limit (pairs of trials, or of processes for the built-in)
+
+    @property
+    def builtin(self) -> bool:
+        return self.command is None
+
+    def pattern(self) -> re.Pattern[str] | None:
+        if self.metric is None:
+            return None
+        try:
+            return re.compile(self.metric)
+        except re.error as e:
+            raise UsageError(f"--metric {self.metric!r}: not a regular expression ({e})") from None
+
+    def validate(self) -> None:
+        """The usage errors, before anything runs."""
+        if self.builtin and self.metric is not None:
+            raise UsageError("--metric reads the output of your command: give the command after `--`")
+        self.pattern()
+        self.design()
+
+    def design(self) -> paired.Design:
+        limit = self.pairs if self.pairs is not None else BLOCKS[(self.builtin, self.quick)]
+        precision = QUICK_PRECISION_PCT if self.quick and self.builtin else PRECISION_PCT
+        try:
+            return paired.design(limit, precision_pct=precision)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+
+    def limits(self) -> ab.Limits:
+        return ab.Limits(self.design(), QUICK_BUDGET_S if self.quick and self.builtin else None)
+
+    @property
+    def label(self) -> str:
+        import shlex
+
+        return "built-in tf.data + XLA benchmark" if self.command is None else shlex.join(self.command)
+
+
+# -- the sides -----------------------------------------------------------------------------------
+
+
+def _through(profile_name: str, command: Sequence[str]) -> list[str]:
+    return run.exec_argv(profile_name, list(command))
+
+
+def workload(job: Job, a_profile: str, b_profile: str) -> ab.Workload:
+    env = run.without_hook(os.environ)
+    if job.command is not None:
+        a = ab.Side(ab.A, _through(a_profile, job.command), env)
+        b = ab.Side(ab.B, _through(b_profile, job.command), env)
+        return ab.CommandWorkload(a, b, job.label, job.pattern())
+    sizes = run.sizes_for(job.quick)
+    data = run.ensure_data(sizes)
+    worker = [*run.worker_argv("tuned", data, sizes), "--serve"]
+    worker[worker.index("--steps") + 1] = str(TRIAL_STEPS[job.quick])
+    worker.remove("--progress")
+    a = ab.Side(ab.A, _through(a_profile, worker), env)
+    b = ab.Side(ab.B, _through(b_profile, worker), env)
+    return ab.BuiltinWorkload(a, b, PAIRS_PER_BLOCK, WORKER_TIMEOUT_S)
+
+
+@contextlib.contextmanager
+def side_a_profile(text: str | None, base: Path | None = None) -> Iterator[str]:
+    """A's profile for the trials: `text` (the profile before the change), or an empty one; removed
+    afterwards. A file of its own, so B's profile is never touched by the trials."""
+    from nodeagent.tuning import profile
+    from nodeagent.tuning.state import write_atomic
+
+    name = A_PROFILE.format(pid=os.getpid())
+    path = profile.profile_path(name, base)
+    write_atomic(path, text if text is not None else "{}\n")
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _live(journals: Sequence[Journal]) -> list[Journal]:
+    """The journals that changed a live host (this machine, or a tree under --root), not a recording."""
+    return [j for j in journals if j.host.get("kind") != "snapshot"]
+
+
+def trials(
+    job: Job,
+    b_profile: str,
+    journals: Sequence[Journal],
+    a_text: str | None,
+    on_trial: ab.TrialFn | None = None,
+    on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
+) -> ab.ABResult:
+    """A/B trials of the job: B through `b_profile` with the journals' runtime values, A through
+    `a_text` with their old values. The runtime values are left as B has them."""
+    from nodeagent.tuning import toggle
+
+    switch = toggle.RuntimeSwitch(_live(journals))
+    with side_a_profile(a_text) as a_name:
+        try:
+            return ab.run_trials(
+                workload(job, a_name, b_profile), job.limits(), switch.to, on_trial, on_block
+            )
+        finally:
+            switch.to(ab.B)
+
+
+# -- what B has that A has not -------------------------------------------------------------------
+
+
+def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        return {prefix.rstrip("."): doc} if prefix else {}
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if not prefix and k in _META:
+            continue
+        out |= _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
+    return out
+
+
+def settings_diff(a_text: str | None, b_text: str | None) -> dict[str, Any]:
+    """The profile settings B has and A has not (dotted keys; a setting B dropped is None)."""
+    a = _flat(json.loads(a_text)) if a_text else {}
+    b = _flat(json.loads(b_text)) if b_text else {}
+    out = {k: v for k, v in b.items() if a.get(k, object()) != v}
+    out |= {k: None for k in a if k not in b}
+    return out
+
+
+def _runtime(journals: Sequence[Journal]) -> list[dict[str, str]]:
+    return [{"path": w.path, "before": w.before, "after": w.after} for j in journals for w in j.writes]
+
+
+def _profile_text(name: str) -> str | None:
+    from nodeagent.tuning import profile
+
+    try:
+        return profile.profile_path(name).read_text()
+    except FileNotFoundError:
+        return None
+
+
+# -- history -------------------------------------------------------------------------------------
+
+
+def record(
+    job: Job,
+    node: str,
+    profile_name: str,
+    change: str,
+    result: ab.ABResult,
+    decision: str,
+    settings: dict[str, Any],
+    runtime: list[dict[str, str]],
+) -> Any:
+    """The history record of one judged change (nodeagent.tuning.history.Record)."""
+    from nodeagent.tuning import history
+
+    est = result.estimate
+    return history.Record(
+        time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        node=node,
+        command=list(job.command) if job.command is not None else None,
+        profile=profile_name,
+        change=change,
+        settings=settings,
+        runtime=[history.RuntimeValue(**r) for r in runtime],
+        metric=result.metric,
+        pairs=result.pairs,
+        ratio=None if est is None else est.ratio,
+        interval=None if est is None else est.ci,
+        level=None if est is None else est.level,
+        verdict=result.verdict,
+        decision=decision,
+        reason=result.failed or (est.reason if est else result.stopped),
+        wall_s=result.wall_s,
+    )
+
+
+# -- nodeagent verify ----------------------------------------------------------------------------
 
 
 @dataclass
-class VerifyResult:
-    decision: str  # kept, reverted, nothing applied, not applied
-    reason: str
-    exit_code: int
-    baseline: run.ConfigResult
-    tuned: run.ConfigResult | None = None
-    comparison: stats.Comparison | None = None
-    applied: ApplyResult | None = None
-    reverted: list[Finding] = field(default_factory=list)
-    tuned_through_exec: bool = False
-    sizes: run.Sizes | None = None
-    duration_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    # What the benchmark showed, without the decision: both medians and intervals and the verdict
-    # of their ratio, or which benchmark failed (the tune story prints it before kept/reverted).
-    measured: str = ""
+class ProfileVerdict:
+    """`nodeagent verify`: the trials of one profile, what was switched, and the history record."""
+
+    profile: str
+    job: Job
+    result: ab.ABResult
+    settings: dict[str, Any]
+    runtime: list[dict[str, str]]
+    history_file: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "profile": self.profile,
+            "command": list(self.job.command) if self.job.command is not None else None,
+            "settings": self.settings,
+            "runtime": self.runtime,
+            "history": None if self.history_file is None else str(self.history_file),
+            **self.result.to_dict(),
+        }
+
+
+def profile_journals(profile_name: str) -> list[Journal]:
+    """The applied journals made under `profile_name` on this machine: their runtime values are
+    part of what the profile is on this node."""
+    from nodeagent.tuning import journal
+
+    return [
+        j
+        for j in journal.all_journals()
+        if j.state == journal.APPLIED and j.profile == profile_name and j.host.get("kind") == "local"
+    ]
+
+
+def verify_profile(
+    job: Job,
+    profile_name: str,
+    node: str,
+    on_trial: ab.TrialFn | None = None,
+    on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
+) -> ProfileVerdict:
+    """A/B trials of the job without (A) and with (B) the profile and its runtime values."""
+    from nodeagent.tuning import history, profile
+
+    job.validate()
+    profile.load(profile_name)  # absent or unreadable: one line, before anything runs
+    journals = profile_journals(profile_name)
+    result = trials(job, profile_name, journals, None, on_trial, on_block)
+    out = ProfileVerdict(
+        profile_name, job, result, settings_diff(None, _profile_text(profile_name)), _runtime(journals)
+    )
+    out.history_file = history.append(
+        record(job, node, profile_name, "profile", result, MEASURED, out.settings, out.runtime)
+    )
+    return out
+
+
+# -- tune --apply --verify: one change at a time ---------------------------------------------------
+
+
+@dataclass
+class ChangeVerdict:
+    """One planned change (one tuner's plan) judged alone."""
+
+    tuner: str
+    decision: str  # kept, reverted, nothing to apply, not run
+    result: ab.ABResult | None = None
+    applied: ApplyResult | None = None
+    reverted: list[Finding] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    runtime: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def journal(self) -> Journal | None:
+        return None if self.applied is None else self.applied.journal
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tuner": self.tuner,
             "decision": self.decision,
-            "reason": self.reason,
-            "measured": self.measured,
-            "exit_code": self.exit_code,
-            "baseline": self.baseline.to_dict(),
-            "tuned": None if self.tuned is None else self.tuned.to_dict(),
-            "tuned_through_exec": self.tuned_through_exec,
-            "comparison": None if self.comparison is None else self.comparison.to_dict(),
-            "journal": None
-            if self.applied is None or self.applied.journal is None
-            else self.applied.journal.id,
+            "journal": None if self.journal is None else self.journal.id,
+            "settings": self.settings,
+            "runtime": self.runtime,
+            "trials": None if self.result is None else self.result.to_dict(),
+            "read_back": [] if self.applied is None else [f.to_dict() for f in self.applied.findings],
             "revert": [f.to_dict() for f in self.reverted],
-            "duration_s": self.duration_s,
+        }
+
+
+@dataclass
+class StepwiseResult:
+    job: Job
+    changes: list[ChangeVerdict]
+    wall_s: float = 0.0
+    history_file: Path | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kept(self) -> list[ChangeVerdict]:
+        return [c for c in self.changes if c.decision == KEPT]
+
+    @property
+    def failed(self) -> ChangeVerdict | None:
+        return next((c for c in self.changes if c.result is not None and c.result.verdict == ab.FAILED), None)
+
+    @property
+    def exit_code(self) -> int:
+        if self.failed is not None:
+            return EXIT_FAILED
+        judged = [c for c in self.changes if c.result is not None]
+        return EXIT_KEPT if self.kept or not judged else EXIT_NONE_KEPT
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "command": list(self.job.command) if self.job.command is not None else None,
+            "exit_code": self.exit_code,
+            "kept": [c.tuner for c in self.kept],
+            "changes": [c.to_dict() for c in self.changes],
+            "wall_s": self.wall_s,
+            "history": None if self.history_file is None else str(self.history_file),
             "notes": self.notes,
         }
 
 
-def _measure(
-    name: str, argv: list[str], env: dict[str, str], sizes: run.Sizes, on_progress: run.ProgressFn | None
-) -> run.ConfigResult:
-    runs = run.run_specs([run.Spec(name, argv, env)], sizes.processes, sizes.timeout_s, on_progress)
-    return run.config_result(name, runs[name])
+@dataclass(frozen=True)
+class Progress:
+    """Which change is being judged (1-based of `of`), for the faces' progress lines."""
+
+    tuner: str
+    number: int
+    of: int
 
 
-def _shown(c: run.ConfigResult) -> str:
-    if c.summary is None:
-        return f"{c.name}: {c.status} ({c.reason})"
-    s = c.summary
-    return f"{c.name} {s.median:.1f} images/s (95% CI {s.ci95[0]:.1f}-{s.ci95[1]:.1f})"
-
-
-def verify(
-    apply_fn: Callable[[], ApplyResult],
+def one_at_a_time(
+    host: Host,
+    plans: Sequence[Plan],
     profile_name: str,
-    quick: bool,
-    repeats: int | None = None,
-    processes: int | None = None,
-    on_progress: run.ProgressFn | None = None,
-    on_phase: Callable[[str, float, float], None] | None = None,
-) -> VerifyResult:
-    """Baseline, apply (through `apply_fn`), tuned, decide; reverts the journal unless kept."""
-    import time
-
-    from nodeagent.tuning import apply, profile
-
+    job: Job,
+    verifiers: dict[str, Verifier] | None = None,
+    on_change: Callable[[Progress], None] | None = None,
+    on_trial: ab.TrialFn | None = None,
+    on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
+) -> StepwiseResult:
+    """Apply, judge and keep or revert each plan in turn (see the module docstring)."""
     start = time.monotonic()
-    sizes = run.sizes_for(quick, repeats, processes or (QUICK_PROCESSES if quick else None))
-    data = run.ensure_data(sizes)
-    env = run.without_hook(os.environ)
-    plain = run.worker_argv("tuned", data, sizes)
-
-    def phase(label: str, offset: float) -> None:
-        if on_phase is not None:
-            on_phase(label, offset, 0.5)
-
-    phase("baseline (before applying)", 0.0)
-    baseline = _measure("baseline", plain, env, sizes, on_progress)
-    if baseline.status != run.OK:
-        return VerifyResult(
-            NOT_APPLIED,
-            f"the baseline benchmark failed, so nothing was applied: {baseline.reason}",
-            EXIT_BENCH_FAILED,
-            baseline,
-            sizes=sizes,
-            duration_s=time.monotonic() - start,
-            measured=f"the baseline benchmark failed ({baseline.reason})",
-        )
-    result = apply_fn()
-    if result.journal is None:
-        return VerifyResult(
-            NOTHING,
-            "nothing was applied (every value is already as planned): nothing to verify",
-            EXIT_KEPT,
-            baseline,
-            applied=result,
-            sizes=sizes,
-            duration_s=time.monotonic() - start,
-            measured=f"{_shown(baseline)} only: nothing was applied, so there is nothing to compare",
-        )
-    journal = result.journal
-    through_exec = profile.profile_path(profile_name).exists()
-    argv = run.exec_argv(profile_name, plain) if through_exec else plain
-    try:
-        phase("tuned (after applying)", 0.5)
-        tuned = _measure("tuned", argv, env, sizes, on_progress)
-    except BaseException:
-        apply.revert(journal)  # interrupted between apply and decision: leave the node as it was
-        raise
-    out = VerifyResult(
-        KEPT,
-        "",
-        EXIT_KEPT,
-        baseline,
-        tuned,
-        applied=result,
-        tuned_through_exec=through_exec,
-        sizes=sizes,
-    )
-    if tuned.status != run.OK:
-        out.decision, out.exit_code = REVERTED, EXIT_BENCH_FAILED
-        out.reason = f"the tuned benchmark failed ({tuned.reason}): no gain shown, changes reverted"
-        out.measured = f"the tuned benchmark failed ({tuned.reason}), after {_shown(baseline)}"
-    else:
-        cmp = stats.compare(tuned.groups, baseline.groups, names=("tuned", "baseline"))
-        out.comparison = cmp
-        both = f"{_shown(tuned)} vs {_shown(baseline)}"
-        out.measured = f"{both}; {cmp.reason}"
-        if cmp.verdict == stats.FASTER:
-            out.reason = f"kept: {both}; {cmp.reason}"
-        else:
-            out.decision, out.exit_code = REVERTED, EXIT_REVERTED
-            out.reason = f"reverted: tuned is not significantly faster: {both}; {cmp.reason}"
-    if out.decision == REVERTED:
-        out.reverted = apply.revert(journal)
-    out.notes = run.busy_notes([baseline, tuned])
-    out.duration_s = time.monotonic() - start
+    job.validate()
+    out = StepwiseResult(job, [])
+    failed = False
+    for number, plan in enumerate(plans, 1):
+        if failed:
+            out.changes.append(ChangeVerdict(plan.tuner, NOT_RUN))
+            continue
+        if on_change is not None:
+            on_change(Progress(plan.tuner, number, len(plans)))
+        verdict = _judge(host, plan, profile_name, job, verifiers, on_trial, on_block)
+        out.changes.append(verdict)
+        if verdict.result is not None:
+            _remember(out, host.name, profile_name, verdict)
+            failed = verdict.result.verdict == ab.FAILED
+    out.wall_s = time.monotonic() - start
     return out
+
+
+def _judge(
+    host: Host,
+    plan: Plan,
+    profile_name: str,
+    job: Job,
+    verifiers: dict[str, Verifier] | None,
+    on_trial: ab.TrialFn | None,
+    on_block: Callable[[ab.Block, paired.Estimate | None], None] | None,
+) -> ChangeVerdict:
+    from nodeagent.tuning import apply
+
+    a_text = _profile_text(profile_name)
+    applied = apply.apply(host, [plan], profile_name, verifiers=verifiers)
+    if applied.journal is None:
+        return ChangeVerdict(plan.tuner, NOTHING, applied=applied)
+    j = applied.journal
+    out = ChangeVerdict(plan.tuner, KEPT, applied=applied, runtime=_runtime([j]))
+    out.settings = settings_diff(a_text, _profile_text(profile_name))
+    try:
+        out.result = trials(job, profile_name, [j], a_text, on_trial, on_block)
+    except BaseException:
+        apply.revert(j)  # interrupted or refused between apply and decision: leave the node as it was
+        raise
+    if out.result.verdict != stats.FASTER:
+        out.decision = REVERTED
+        out.reverted = apply.revert(j)
+    return out
+
+
+def _remember(out: StepwiseResult, node: str, profile_name: str, c: ChangeVerdict) -> None:
+    """Append the change's record; a state disk that refuses it is a note: the decision stands."""
+    from nodeagent.tuning import history
+    from nodeagent.tuning.state import StateDiskError
+
+    assert c.result is not None
+    entry = record(out.job, node, profile_name, c.tuner, c.result, c.decision, c.settings, c.runtime)
+    try:
+        out.history_file = history.append(entry)
+    except StateDiskError as e:
+        out.notes.append(str(e))
+
+
+# -- the story of tune --apply --verify ----------------------------------------------------------
+
+
+def _measured(tuner: str, r: ab.ABResult) -> str:
+    if r.failed is not None:
+        return f"measured: {tuner}: the trials failed: {r.failed}"
+    assert r.estimate is not None
+    return f"measured: {tuner}: {r.estimate.reason}; {r.metric}, {r.stopped}, {r.wall_s:.0f} s"
+
+
+def _change_lines(c: ChangeVerdict) -> list[str]:
+    from nodeagent.core.finding import Status
+    from nodeagent.tuning.story import restored
+
+    if c.decision == NOTHING:
+        return [f"applied: {c.tuner}: nothing: every value is already as planned, and no setting to save"]
+    if c.decision == NOT_RUN:
+        return [f"applied: {c.tuner}: nothing: the trials of an earlier change failed, so it was not tried"]
+    j = c.journal
+    assert j is not None and c.result is not None
+    lines = [
+        f"applied: {c.tuner}: journal {j.id} ({len(j.writes)} runtime value(s), {len(c.settings)} setting(s))"
+    ]
+    lines.append(_measured(c.tuner, c.result))
+    if c.decision == KEPT:
+        return [*lines, f"kept: {c.tuner}: significantly faster, so journal {j.id} stays applied"]
+    why = "its trials failed, so no gain is shown" if c.result.failed else "not significantly faster"
+    bad = [f for f in c.reverted if f.status not in (Status.OK, Status.SKIPPED)]
+    if not bad:
+        return [*lines, f"reverted: {c.tuner}: {why}: journal {j.id} undone: {restored(j)}"]
+    lines.append(f"reverted: {c.tuner}: {why}: journal {j.id} undone, but not everything is back:")
+    return lines + [f"  - {f.summary}" for f in bad]
+
+
+def stepwise_story(result: StepwiseResult, profile_name: str) -> list[str]:
+    """What `tune --apply --verify` did, change by change, then what remains (nodeagent.tuning.story's
+    line prefixes)."""
+    lines = [line for c in result.changes for line in _change_lines(c)]
+    kept = result.kept
+    if not kept:
+        lines.append("remains: nothing of this run: the node is as it was before it")
+        return lines + [f"note: {n}" for n in result.notes]
+    if any(c.settings for c in kept):
+        lines.append(f"use: run jobs with `nodeagent exec --profile {profile_name} -- CMD`")
+    lines += [f"undo: `nodeagent revert {c.journal.id}` ({c.tuner})" for c in kept if c.journal is not None]
+    return lines + [f"note: {n}" for n in result.notes]

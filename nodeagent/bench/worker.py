@@ -61,6 +61,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=positive, default=DEFAULT.steps, help="steps per repeat")
     p.add_argument("--repeats", type=positive, default=DEFAULT.repeats)
     p.add_argument("--progress", action="store_true", help="print `progress DONE TOTAL` on stderr")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the warm-up, run one timed repeat per `run` line on stdin (A/B trials)",
+    )
     return p.parse_args(argv)
 
 
@@ -300,9 +305,33 @@ def run(
     steps = build_steps(tf, keras, args, manifest, gpu, progress)
     setup_s = time.perf_counter() - setup_start
     first_step_s, warmup_s = warm_up(steps, warmup)
+    if args.serve:
+        serve(tf, args, steps)
+        return {}
     timings = timed_loop(steps.one_step, steps.finish, args.steps, args.repeats, args.batch)
     details = RunDetails(warmup, "GPU:0" if gpu else "CPU", import_s, setup_s, first_step_s, warmup_s)
     return result(tf, args, manifest, details, steps.options, timings)
+
+
+def serve(tf: Any, args: argparse.Namespace, steps: Steps) -> None:
+    """A/B trials: one timed repeat of `--steps` steps per `run` line on stdin, its figures as one
+    JSON line on stdout; end of input ends the process. The process is started and warmed up once
+    and then measured many times, interleaved with the other side's process, so a trial costs a
+    fraction of a second instead of a start-up and an XLA compilation."""
+    intra, inter = effective_threads(tf)
+    ready: dict[str, Any] = {"ready": True, "intra_op_threads": intra, "inter_op_threads": inter}
+    ready |= {"tf_version": tf.__version__, "tf_data_options": steps.options}
+    sys.stdout.write(json.dumps(ready) + "\n")
+    sys.stdout.flush()
+    for line in sys.stdin:
+        if line.strip() != "run":
+            print(f"{PROG}: --serve reads `run` lines, not {line.strip()[:40]!r}", file=sys.stderr)
+            continue
+        t = timed_loop(steps.one_step, steps.finish, args.steps, 1, args.batch)
+        wait = t.waited_s / t.loop_s if args.config in TRAINING_CONFIGS else None
+        figures = {"images_per_s": t.images_per_s[0], "input_wait_fraction": wait, "cpu_s": t.cpu_s}
+        sys.stdout.write(json.dumps(figures) + "\n")
+        sys.stdout.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tf.get_logger().setLevel("ERROR")  # Python-side warnings (retracing notices); errors still raise
     result = run(tf, keras, args, manifest, time.perf_counter() - start)
+    if args.serve:
+        return 0
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0

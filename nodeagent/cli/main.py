@@ -27,6 +27,8 @@ from nodeagent.cli.options import (
     write_outputs,
 )
 from nodeagent.cli.preflight import register as register_gate_commands
+from nodeagent.cli.verify import metric_option, pairs_option
+from nodeagent.cli.verify import register as register_verify_commands
 from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 
@@ -316,12 +318,15 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 @click.option(
     "--verify",
     is_flag=True,
-    help="With --apply: benchmark the plain pipeline, apply, benchmark it through `nodeagent exec`, "
-    "and keep the changes only when significantly faster (else revert; exit 1, 2 if a benchmark failed).",
+    help="With --apply: judge each planned change alone by A/B trials of CMD (after `--`; without it "
+    "the built-in workload), keep it only when significantly faster, else revert it "
+    "(`nodeagent verify --help` for the trials).",
 )
 @click.option(
-    "--quick", is_flag=True, help="With --verify: the benchmark's quick mode (small data, few steps)."
+    "--quick", is_flag=True, help="With --verify: the trials' quick mode (see `nodeagent verify --help`)."
 )
+@pairs_option
+@metric_option
 @click.option(
     "--ranks",
     type=click.IntRange(min=1, max=limits.MAX_RANKS),
@@ -338,6 +343,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 @format_option
 @cluster_options
 @playbook_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune(
     root: str | None,
     only: str | None,
@@ -347,20 +353,27 @@ def tune(
     profile_name: str,
     verify: bool,
     quick: bool,
+    pairs: int | None,
+    metric: str | None,
     ranks: int | None,
     persist: bool,
     fmt: str,
     fleet: Fleet,
     playbook_name: str | None,
+    command: tuple[str, ...],
 ) -> None:
     """Plan the changes that fix what the checks find (a dry run unless --apply).
 
     With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
     With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
-    Exit codes: 0 planned, applied (or kept); 1 reverted by --verify, or a change took only in part
-    (a WARN read back); 2 a change did not take, or a benchmark failed; 64 bad input; 74 the state
-    disk is full or failing (before the first write: nothing changed; later: every value restored);
-    75 another apply/revert holds the state lock (nodeagent/tuning/state.py).
+    With --verify each change is applied alone and kept only when A/B trials of CMD show it
+    faster: nodeagent tune [...] --apply --verify [--quick] [--pairs N] [--metric REGEX] [-- CMD ...]
+
+    Exit codes: 0 planned, applied (--verify: at least one change kept); 1 --verify kept none, or
+    a change took only in part (a WARN read back); 2 a change did not take, or a trial failed; 64
+    bad input; 74 the state disk is full or failing (before the first write: nothing changed;
+    later: every value restored); 75 another apply/revert holds the state lock
+    (nodeagent/tuning/state.py).
     """
     from nodeagent.app import tune as tuning
 
@@ -375,7 +388,10 @@ def tune(
         argv += ["--persist"] if persist else []
         argv += ["--verify"] if verify else []
         argv += ["--quick"] if quick else []
+        argv += [f"--pairs={pairs}"] if pairs else []
+        argv += [f"--metric={metric}"] if metric else []
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
+        argv += ["--", *command] if command else []
         _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
 
     request = tuning.TuneRequest(
@@ -388,14 +404,22 @@ def tune(
         profile_name,
         persist,
     )
-    tuning.validate(request, do_apply, verify, quick)
-    if verify and do_apply:
-        from nodeagent.render.bench import ProgressBar
+    job = None
+    if verify:
+        from nodeagent.bench.verify import Job
 
-        with ProgressBar("tune --verify") as bar:
-            ran = tuning.run(request, do_apply, verify, quick, on_progress=bar, on_phase=bar.phase)
+        playbook_quick = request.playbook is not None and request.playbook.bench.quick
+        job = Job(command or None, metric, quick or playbook_quick, pairs)
+    elif command or pairs or metric:
+        raise UsageError("a command, --pairs and --metric are for --verify: give --apply --verify too")
+    tuning.validate(request, do_apply, job, quick)
+    if job is not None and do_apply:
+        from nodeagent.render.verify import BlockLines
+
+        lines = BlockLines("tune --verify")
+        ran = tuning.run(request, do_apply, job, on_change=lines.change, on_block=lines)
     else:
-        ran = tuning.run(request, do_apply, verify, quick)
+        ran = tuning.run(request, do_apply)
     _print_tune(ran, fmt)
     if ran.applied is not None or ran.checked is not None:
         sys.exit(ran.exit_code)
@@ -408,15 +432,13 @@ def _print_tune(ran: Any, fmt: str) -> None:
         click.echo(jsonout.dumps(ran.document()))
         return
     from nodeagent.render import table
-    from nodeagent.render.bench import verify_table
-    from nodeagent.render.literal import shown
 
     out = table.console()
     out.print(table.plan_table(ran.host, ran.plans))
     if ran.checked is not None:
-        out.print(verify_table(ran.checked))
-        for note in ran.checked.notes:
-            out.print(f"note: {shown(note)}", style="yellow")
+        from nodeagent.render.verify import changes_table
+
+        out.print(changes_table(ran.checked))
     out.print()
     # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
     out.print(table.story_lines(ran.story), soft_wrap=True)
@@ -722,6 +744,7 @@ def _thread_error(args: Any) -> None:
 
 
 register_gate_commands(cli)
+register_verify_commands(cli)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -1,5 +1,5 @@
 """The benchmark on the terminal: a progress bar on stderr, the configs table with the bound and the
-verdicts, and tune --verify's baseline-against-tuned table."""
+verdicts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from rich.text import Text
 
 from nodeagent.bench import run, stats
 from nodeagent.bench.run import BenchResult, Progress, shown_number
-from nodeagent.bench.verify import VerifyResult
 from nodeagent.render.table import console
 
 
@@ -31,20 +30,13 @@ class ProgressBar:
             refresh_per_second=2,
         )
         self.task = self.progress.add_task(f"{title}: preparing the data set", total=1.0)
-        self.offset = 0.0  # the share of the bar already filled by earlier phases
-        self.share = 1.0  # the share of the bar the current phase fills
-
-    def phase(self, label: str, offset: float, share: float) -> None:
-        """Split the bar between phases (tune --verify: baseline, then tuned)."""
-        self.offset, self.share = offset, share
-        self.progress.update(self.task, description=f"{self.title}: {label}", completed=offset)
 
     def __call__(self, p: Progress) -> None:
         of = f" {p.process}/{p.processes}" if p.processes > 1 else ""
         self.progress.update(
             self.task,
             description=f"{self.title}: {p.config}{of} step {p.done}/{p.total}",
-            completed=self.offset + self.share * p.fraction,
+            completed=p.fraction,
         )
 
     def __enter__(self) -> ProgressBar:
@@ -98,20 +90,3 @@ def print_table(result: BenchResult) -> None:
     for note in result.notes:
         out.print(Text(f"note: {note}", style="dim"))
     out.print(Text(f"{result.duration_s:.0f} s", style="dim"))
-
-
-def verify_table(v: VerifyResult) -> Table:
-    """Baseline and tuned side by side: how each ran, status, median, interval, input wait."""
-    t = Table(title="nodeagent tune --verify: images/s of the user's pipeline", title_justify="left")
-    for col in ("run", "how", "status", "median", "95% CI", "input wait"):
-        t.add_column(col)
-    how = {
-        "baseline": "python (before applying)",
-        "tuned": "nodeagent exec --profile" if v.tuned_through_exec else "python (after applying)",
-    }
-    for c in (v.baseline, v.tuned):
-        if c is None:
-            continue
-        row = run.config_rows({c.name: c})[0]
-        t.add_row(row[0], how[c.name], row[1], row[2], row[3], row[5])
-    return t

@@ -299,7 +299,9 @@ def _apply_locked(
         host_ref(host),
         writes,
         files,
-        profile_name if work.settings else None,
+        # Runtime values belong to the profile they were applied under as much as its settings do:
+        # `nodeagent verify --profile P` switches them between its sides.
+        profile_name,
         base,
         work.host_files,
         work.host_dirs,

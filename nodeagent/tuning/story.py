@@ -21,15 +21,12 @@ from nodeagent.core.finding import Finding, Status
 from nodeagent.tuning.journal import REVERTED as REVERTED_STATE
 
 if TYPE_CHECKING:
-    from nodeagent.bench.verify import VerifyResult
     from nodeagent.tuning.apply import ApplyResult
     from nodeagent.tuning.journal import Journal
     from nodeagent.tuning.persist import PersistPlan
 
 SCOPE_ORDER = (Scope.RUNTIME, Scope.PROCESS, Scope.CODE, Scope.BOOT)
 MAX_EVIDENCE = 4
-# The decisions of nodeagent.bench.verify (not imported: the story must not load the benchmark).
-KEPT, REVERTED, NOTHING, NOT_APPLIED = "kept", "reverted", "nothing applied", "not applied"
 CONFLICT = "revert-conflict"  # nodeagent.tuning.apply.CONFLICT (not imported: apply loads the tuners)
 
 
@@ -56,7 +53,7 @@ def planned(plans: Sequence[Plan]) -> str:
     return f"planned: {len(changes)} change(s) from {tuners} tuner(s): {', '.join(counts)}{already}"
 
 
-def _advice(plans: Sequence[Plan]) -> list[str]:
+def advice(plans: Sequence[Plan]) -> list[str]:
     return [f"advice (never applied): {c.tuner}: {c.target}: {c.after}" for c in _boot(plans)]
 
 
@@ -90,12 +87,10 @@ def _dry_run(plans: Sequence[Plan], persisting: PersistPlan | None) -> list[str]
     ]
     if persisting is not None:
         lines += _persist_lines(persisting, would=True)
-    return lines + _advice(plans)
+    return lines + advice(plans)
 
 
-def _applied(a: ApplyResult | None, v: VerifyResult | None, plans: Sequence[Plan], profile_name: str) -> str:
-    if v is not None and v.decision == NOT_APPLIED:
-        return "applied: nothing: the baseline benchmark failed before anything was applied"
+def _applied(a: ApplyResult | None, plans: Sequence[Plan], profile_name: str) -> str:
     if a is None or a.journal is None:
         if not [c for c in _changes(plans) if c.scope is not Scope.BOOT]:
             return "applied: nothing: no change to apply was planned"
@@ -144,7 +139,7 @@ def _bad(findings: Sequence[Finding]) -> list[Finding]:
     return [f for f in findings if f.status not in (Status.OK, Status.SKIPPED)]
 
 
-def _restored(j: Journal) -> str:
+def restored(j: Journal) -> str:
     """What a revert put back, file by file."""
     parts = [f"{len(j.writes)} runtime value(s) restored"] if j.writes else []
     for f in j.files:
@@ -157,47 +152,22 @@ def _restored(j: Journal) -> str:
     return ", ".join(parts) or "nothing to restore"
 
 
-def _decision(a: ApplyResult | None, v: VerifyResult | None) -> list[str]:
+def _decision(a: ApplyResult | None) -> list[str]:
     if a is None or a.journal is None:
-        return ["kept: nothing: nothing was applied"] if v is not None else []
+        return []
     j = a.journal
-    if v is None:
-        if _bad(a.findings):
-            return [
-                f"kept: journal {j.id} stays applied, the changes that did not take included (they hold "
-                "what the kernel or another tool left); revert it to put every old value back"
-            ]
-        return [f"kept: journal {j.id}: every change stays applied"]
-    if v.decision == KEPT:
-        return [f"kept: tuned is significantly faster than the baseline, so journal {j.id} stays applied"]
-    why = (
-        "the tuned benchmark failed, so no gain is shown"
-        if v.comparison is None
-        else "tuned is not significantly faster than the baseline"
-    )
-    bad = _bad(v.reverted)
-    if not bad:
-        return [f"reverted: {why}: journal {j.id} undone: {_restored(j)}"]
-    lines = [f"reverted: {why}: journal {j.id} undone, but not everything is back:"]
-    for f in bad:
-        lines += _details(f)
-    return lines
+    if _bad(a.findings):
+        return [
+            f"kept: journal {j.id} stays applied, the changes that did not take included (they hold "
+            "what the kernel or another tool left); revert it to put every old value back"
+        ]
+    return [f"kept: journal {j.id}: every change stays applied"]
 
 
-def _remains(
-    a: ApplyResult | None, v: VerifyResult | None, plans: Sequence[Plan], profile_name: str
-) -> list[str]:
+def _remains(a: ApplyResult | None, plans: Sequence[Plan], profile_name: str) -> list[str]:
     if a is None or a.journal is None:
-        return ["remains: the node is as it was; nothing was changed by this run", *_advice(plans)]
+        return ["remains: the node is as it was; nothing was changed by this run", *advice(plans)]
     j = a.journal
-    if v is not None and v.decision == REVERTED:
-        if _bad(v.reverted):
-            return [
-                f"remains: what is listed above as not back; restore it by hand (the old values are in "
-                f"{j.path}) or reboot (runtime values do not survive one)",
-                *_advice(plans),
-            ]
-        return ["remains: nothing of this run: the node is as it was before it", *_advice(plans)]
     lines = []
     if a.profile_path is not None:
         lines.append(f"use: run jobs with `nodeagent exec --profile {profile_name} -- CMD`")
@@ -209,28 +179,26 @@ def _remains(
             "them across reboots)"
         )
     lines.append(f"undo: `nodeagent revert {j.id}`")
-    return lines + _advice(plans)
+    return lines + advice(plans)
 
 
 def tune_story(
     plans: Sequence[Plan],
     applied: ApplyResult | None = None,
-    checked: VerifyResult | None = None,
     *,
     do_apply: bool = False,
     profile_name: str = "default",
     persisting: PersistPlan | None = None,
 ) -> list[str]:
-    """The story of one `nodeagent tune` run, in order."""
+    """The story of one `nodeagent tune` run, in order (`tune --apply --verify` tells its own:
+    nodeagent.bench.verify.stepwise_story)."""
     lines = [planned(plans)]
     if not do_apply:
         return lines + _dry_run(plans, persisting)
-    lines.append(_applied(applied, checked, plans, profile_name))
+    lines.append(_applied(applied, plans, profile_name))
     lines += _read_back(applied)
-    if checked is not None and checked.measured:
-        lines.append(f"measured: {checked.measured}")
-    lines += _decision(applied, checked)
-    return lines + _remains(applied, checked, plans, profile_name)
+    lines += _decision(applied)
+    return lines + _remains(applied, plans, profile_name)
 
 
 def revert_story(done: Sequence[tuple[Journal, str, list[Finding]]], left: int = 0) -> list[str]:
@@ -247,7 +215,7 @@ def revert_story(done: Sequence[tuple[Journal, str, list[Finding]]], left: int =
         )
         bad = _bad(findings)
         if not bad:
-            lines.append(f"reverted: journal {j.id}{again}: {_restored(j)}")
+            lines.append(f"reverted: journal {j.id}{again}: {restored(j)}")
             continue
         conflicts = [f for f in bad if f.check_id == CONFLICT]
         others = [f for f in bad if f.check_id != CONFLICT]

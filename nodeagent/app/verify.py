@@ -1,0 +1,62 @@
+"""Verifying a profile on the user's job (`nodeagent verify`) and the history of decisions
+(`nodeagent history`): requests in, results out, no printing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nodeagent.bench.ab import Block, TrialFn
+    from nodeagent.bench.paired import Estimate
+    from nodeagent.bench.verify import Job, ProfileVerdict
+    from nodeagent.tuning.history import Record
+
+BlockFn = Callable[["Block", "Estimate | None"], None]
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    profile: str = "default"
+    command: Sequence[str] = ()  # empty: the built-in workload
+    quick: bool = False
+    pairs: int | None = None
+    metric: str | None = None
+
+    def job(self) -> Job:
+        from nodeagent.bench.verify import Job
+
+        return Job(tuple(self.command) or None, self.metric, self.quick, self.pairs)
+
+
+def validate(request: VerifyRequest) -> None:
+    """The usage errors, found before anything starts (a progress display, a trial)."""
+    from nodeagent.tuning import profile
+
+    job = request.job()
+    job.validate()
+    profile.load(request.profile)
+    if job.builtin:
+        from nodeagent.app.bench import need_tensorflow
+
+        need_tensorflow()
+
+
+def run(
+    request: VerifyRequest, on_trial: TrialFn | None = None, on_block: BlockFn | None = None
+) -> ProfileVerdict:
+    """A/B trials of the job without and with the profile; the record is added to the history."""
+    import socket
+
+    from nodeagent.bench import verify
+
+    validate(request)
+    return verify.verify_profile(request.job(), request.profile, socket.gethostname(), on_trial, on_block)
+
+
+def history() -> list[Record]:
+    """Every verify decision recorded on this machine, oldest first."""
+    from nodeagent.tuning import history as recorded
+
+    return recorded.read()

@@ -1,0 +1,609 @@
+"""A/B trials: a job as it is (A) against the same job tuned (B), interleaved, paired, sequential.
+
+Design (the statistics are nodeagent.bench.paired's; this module runs the trials):
+- Trials come in **blocks**. Block i runs its sides in the order AB when i is even and BA when it
+  is odd, so the sequence is A B B A A B B A ...: a drift of the machine (another tenant, the page
+  cache warming, a vCPU slowing down) affects both sides alike instead of favouring the side that
+  ran first (the ABBA counterbalancing of crossover trials; Kalibera & Jones, "Rigorous
+  Benchmarking in Reasonable Time", ISMM 2013: never run all of one configuration, then all of the
+  other).
+- Each block gives one value, log(rate B / rate A): the two sides of a block ran seconds apart, so
+  the machine's slow changes cancel in the ratio. The verdict and interval come from these paired
+  values, never from the two sides' separate spreads.
+- A **user command** runs as a fresh process per trial (A: the command as it is; B: through
+  `nodeagent exec --profile P`): a block is one A trial and one B trial.
+- The **built-in workload** starts one worker process per side per block (concurrently), warms
+  both up once, and then measures them alternately, many short repeats each (`worker --serve`);
+  the block's value is the median of its pairs' log ratios. Processes differ from each other (thread
+  placement, memory layout, tf.data's autotuning: measured here at about 3% between two processes
+  of the same configuration), so a block is a pair of processes and the analysis counts blocks,
+  not repeats: repeats of the same two processes would make a process's luck look like an effect.
+- Runtime-scope changes (sysfs, /proc/sys) are switched before every trial to the side's state
+  (nodeagent.tuning.toggle), through the journal that applied them.
+- A trial during which other processes took more than run.BUSY_SHARE of the CPUs (psutil's
+  /proc/stat reading: steal included) is **disturbed**: its block is reported and run again (at
+  most `max_reruns` times), since its figures say more about the neighbour than about the change.
+- The trials stop at a planned look when the interval is decided (nodeagent.bench.paired:
+  significant either way, or within the precision asked for), at the block limit, or when the time
+  budget is spent once the first look is passed (the verdict is then the last planned look's).
+
+Rates are "higher is better": steps/s from nodeagent's measuring hook (TensorFlow jobs, no code
+change), a figure read from the job's output with --metric REGEX (the first group of the last
+matching line), or 1 / the job's wall time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import queue
+import re
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from nodeagent.bench import measure, paired, run, stats
+
+A, B = "A", "B"
+EXIT_FASTER, EXIT_NOT_FASTER, EXIT_FAILED = 0, 1, 2
+FAILED = "failed"
+STEPS = "steps/s"
+WALL = "1 / wall time"
+IMAGES = "images/s"
+TAIL_LINES = 8
+OUTPUT_CAP = 64 * 1024 * 1024  # of a job's output searched for --metric: its last 64 MiB
+
+
+@dataclass(frozen=True)
+class Side:
+    """How one side runs: its command line and environment."""
+
+    name: str  # A or B
+    argv: list[str]
+    env: dict[str, str]
+
+
+@dataclass
+class Trial:
+    number: int  # 1, 2, ... in the order run
+    block: int
+    side: str
+    rate: float | None
+    wall_s: float
+    interference: float | None = None  # share of the CPUs other processes took (None: unknown)
+    input_wait: float | None = None
+    error: str | None = None
+    cpu_s: float | None = None  # the worker's own CPU seconds (built-in workload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial": self.number,
+            "block": self.block,
+            "side": self.side,
+            "rate": self.rate,
+            "wall_s": self.wall_s,
+            "interference": self.interference,
+            "input_wait_fraction": self.input_wait,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Block:
+    number: int
+    order: tuple[str, str]
+    trials: list[Trial] = field(default_factory=list)
+    value: float | None = None  # log(B/A); the median over the block's pairs
+    disturbed: str | None = None
+    counted: bool = True
+
+    @property
+    def error(self) -> str | None:
+        return next((t.error for t in self.trials if t.error), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block": self.number,
+            "order": "".join(self.order),
+            "ratio": None if self.value is None else math.exp(self.value),
+            "disturbed": self.disturbed,
+            "counted": self.counted,
+            "trials": [t.to_dict() for t in self.trials],
+        }
+
+
+TrialFn = Callable[[Trial], None]
+Switch = Callable[[str], None]
+
+
+class Workload(Protocol):
+    """Runs one block of trials; `metric` names what its rates are."""
+
+    metric: str
+    label: str
+
+    def block(self, number: int, order: tuple[str, str], switch: Switch, on_trial: TrialFn) -> Block: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ABResult:
+    workload: str  # the command as typed, or "built-in tf.data + XLA benchmark"
+    metric: str
+    design: paired.Design
+    blocks: list[Block]
+    estimate: paired.Estimate | None
+    stopped: str  # why the trials stopped
+    failed: str | None
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if self.failed is not None or self.estimate is None:
+            return FAILED
+        return self.estimate.verdict
+
+    @property
+    def exit_code(self) -> int:
+        if self.verdict == FAILED:
+            return EXIT_FAILED
+        return EXIT_FASTER if self.verdict == stats.FASTER else EXIT_NOT_FASTER
+
+    @property
+    def pairs(self) -> int:
+        return sum(1 for b in self.blocks if b.counted and b.value is not None)
+
+    @property
+    def disturbed(self) -> int:
+        return sum(1 for b in self.blocks if b.disturbed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "metric": self.metric,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "pairs": self.pairs,
+            "disturbed_blocks": self.disturbed,
+            "stopped": self.stopped,
+            "failed": self.failed,
+            "wall_s": self.wall_s,
+            "design": {
+                "looks": list(self.design.looks),
+                "alpha": self.design.alpha,
+                "level": self.design.level,
+            }
+            | {"precision_pct": self.design.precision_pct},
+            "blocks": [b.to_dict() for b in self.blocks],
+            "notes": self.notes,
+        }
+
+
+# -- the sequential loop -------------------------------------------------------------------------
+
+
+def order_of(block: int) -> tuple[str, str]:
+    """ABBA counterbalancing: AB for even blocks, BA for odd ones."""
+    return (A, B) if block % 2 == 0 else (B, A)
+
+
+@dataclass(frozen=True)
+class Limits:
+    design: paired.Design
+    budget_s: float | None = None  # stop at the first block past this much wall time
+    max_reruns: int | None = None  # disturbed blocks run again at most this often (None: looks[-1] // 4)
+
+
+def run_trials(
+    workload: Workload,
+    limits: Limits,
+    switch: Switch,
+    on_trial: TrialFn | None = None,
+    on_block: Callable[[Block, paired.Estimate | None], None] | None = None,
+) -> ABResult:
+    """Blocks until the design decides, the block limit, or the time budget; the workload is closed."""
+    start = time.monotonic()
+    design = limits.design
+    reruns_left = design.limit // 4 if limits.max_reruns is None else limits.max_reruns
+    blocks: list[Block] = []
+    values: list[float] = []
+    estimate: paired.Estimate | None = None
+    stopped = f"the pair limit ({design.limit}) was reached"
+    failed = None
+    try:
+        while len(values) < design.limit:
+            block = workload.block(len(blocks) + 1, order_of(len(blocks)), switch, on_trial or _ignore)
+            blocks.append(block)
+            if block.error is not None or block.value is None:
+                failed = block.error or f"block {block.number} gave no figure"
+                stopped = "a trial failed"
+                break
+            if block.disturbed and reruns_left > 0:
+                reruns_left -= 1
+                block.counted = False
+                _tell(on_block, block, estimate)
+                continue
+            values.append(block.value)
+            if len(values) in design.looks:
+                estimate = paired.analyse(values, design)
+            _tell(on_block, block, estimate)
+            if estimate is not None and estimate.decided:
+                stopped = f"decided after {len(values)} pairs"
+                break
+            # The budget is checked from the first look on: before it no verdict can be reached.
+            if _spent(limits.budget_s, start) and len(values) >= design.looks[0]:
+                stopped = _out_of_time(limits.budget_s, len(values), estimate)
+                estimate = estimate or paired.analyse(values, design)  # the first and only analysis
+                break
+    finally:
+        workload.close()
+    if failed is None and estimate is None:
+        failed = f"too few pairs to judge: {len(values)}, at least {design.looks[0]} are needed"
+    notes = _notes(blocks, reruns_left)
+    return ABResult(
+        workload.label,
+        workload.metric,
+        design,
+        blocks,
+        estimate,
+        stopped,
+        failed,
+        time.monotonic() - start,
+        notes,
+    )
+
+
+def _ignore(_: Trial) -> None:
+    return None
+
+
+def _tell(
+    on_block: Callable[[Block, paired.Estimate | None], None] | None,
+    block: Block,
+    est: paired.Estimate | None,
+) -> None:
+    if on_block is not None:
+        on_block(block, est)
+
+
+def _spent(budget_s: float | None, start: float) -> bool:
+    return budget_s is not None and time.monotonic() - start >= budget_s
+
+
+def _out_of_time(budget_s: float | None, pairs: int, estimate: paired.Estimate | None) -> str:
+    """Why the trials stopped early. The verdict is the last planned look's: analysing again at an
+    unplanned number of pairs would be one look more than the error rate was shared among."""
+    head = f"the time budget ({budget_s or 0:.0f} s) was spent after {pairs} pairs"
+    if estimate is not None and estimate.n != pairs:
+        return f"{head}; the verdict is the last planned look's, at {estimate.n} pairs"
+    return head
+
+
+def _notes(blocks: Sequence[Block], reruns_left: int) -> list[str]:
+    out = []
+    dropped = [b for b in blocks if not b.counted]
+    if dropped:
+        out.append(
+            f"{len(dropped)} block(s) disturbed by other processes (more than {run.BUSY_SHARE:.0%} of the "
+            "CPUs) were left out and run again"
+        )
+    kept_disturbed = [b for b in blocks if b.disturbed and b.counted]
+    if kept_disturbed and reruns_left == 0:
+        out.append(
+            f"{len(kept_disturbed)} disturbed block(s) are counted: the reruns allowed were used up; "
+            "rerun on a quiet machine"
+        )
+    return out
+
+
+# -- a user's command ----------------------------------------------------------------------------
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - 16384))
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-TAIL_LINES:])
+
+
+def metric_value(pattern: re.Pattern[str], texts: Sequence[str]) -> float | None:
+    """The first group of the last line matching `pattern`, as a positive number (None: no match)."""
+    found: str | None = None
+    for text in texts:
+        for line in text.splitlines():
+            m = pattern.search(line)
+            if m is not None:
+                found = m.group(1) if m.groups() else m.group(0)
+    if found is None:
+        return None
+    try:
+        value = float(found.replace(",", ""))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def _read_capped(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, path.stat().st_size - OUTPUT_CAP))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class CommandWorkload:
+    """A user's command, one fresh process per trial (B through `nodeagent exec --profile P`)."""
+
+    def __init__(self, a: Side, b: Side, label: str, metric: re.Pattern[str] | None = None) -> None:
+        self.sides = {A: a, B: b}
+        self.label = label
+        self.pattern = metric
+        self.metric = f"--metric {metric.pattern}" if metric is not None else ""
+        self.trials = 0
+        self.folder = Path(tempfile.mkdtemp(prefix="nodeagent-verify-"))
+
+    def block(self, number: int, order: tuple[str, str], switch: Switch, on_trial: TrialFn) -> Block:
+        out = Block(number, order)
+        found: dict[str, tuple[float | None, measure.JobFigures | None, Trial]] = {}
+        for side in order:
+            switch(side)
+            trial, figures = self._trial(number, side)
+            found[side] = (trial.rate, figures, trial)
+            out.trials.append(trial)
+            if trial.error is None:
+                self._rate(trial, figures, found)
+            on_trial(trial)
+            if trial.error is not None:
+                return out
+        ra, rb = found[A][2].rate, found[B][2].rate
+        if ra is None or rb is None:
+            return out
+        out.value = math.log(rb / ra)
+        worst = max((t.interference or 0.0) for t in out.trials)
+        if worst > run.BUSY_SHARE:
+            out.disturbed = f"other processes used {worst:.0%} of the CPU time during a trial"
+        return out
+
+    def _rate(
+        self,
+        trial: Trial,
+        figures: measure.JobFigures | None,
+        found: dict[str, tuple[float | None, measure.JobFigures | None, Trial]],
+    ) -> None:
+        """Fill the trial's rate by the workload's metric, chosen on the first trial: steps/s when
+        nodeagent's hook measured the job, else 1 / wall time (--metric: always the job's figure)."""
+        if self.pattern is not None:
+            return  # read in _trial from the output
+        if not self.metric:
+            self.metric = STEPS if figures is not None and figures.steps_per_s else WALL
+        if self.metric == STEPS:
+            if figures is None or not figures.steps_per_s:
+                trial.error = (
+                    f"trial {trial.number} (side {trial.side}): nodeagent's hook saw no TensorFlow training "
+                    "steps this time, though it did before; give --metric REGEX to read the job's own figure"
+                )
+                return
+            trial.rate = figures.steps_per_s
+            trial.input_wait = figures.input_wait_fraction
+        else:
+            trial.rate = 1.0 / trial.wall_s if trial.wall_s > 0 else None
+
+    def _trial(self, block: int, side: str) -> tuple[Trial, measure.JobFigures | None]:
+        self.trials += 1
+        n = self.trials
+        spec = self.sides[side]
+        where = self.folder / f"trial-{n}"
+        where.mkdir()
+        env = measure.hook_env(spec.env, where / "measure")
+        out_path, err_path = where / "stdout", where / "stderr"
+        start = time.monotonic()
+        busy0, own0 = run.busy_cpu_s(), run.own_cpu_s()
+        try:
+            with out_path.open("wb") as out, err_path.open("wb") as err:
+                code = _wait(
+                    subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
+                )
+        except OSError as e:
+            t = Trial(n, block, side, None, 0.0, error=f"cannot start {spec.argv[0]}: {e.strerror or e}")
+            return t, None
+        wall = time.monotonic() - start
+        busy1 = run.busy_cpu_s()
+        share = None
+        if busy0 is not None and busy1 is not None:
+            share = run.interference(busy1 - busy0, run.own_cpu_s() - own0, wall, os.cpu_count() or 1)
+        trial = Trial(n, block, side, None, wall, share)
+        if code != 0:
+            last = _tail(err_path).strip().splitlines() or ["no message"]
+            trial.error = f"trial {n} (side {side}): the job exited with status {code}: {last[-1][:300]}"
+            return trial, None
+        if self.pattern is not None:
+            trial.rate = metric_value(self.pattern, [_read_capped(out_path), _read_capped(err_path)])
+            if trial.rate is None:
+                trial.error = (
+                    f"trial {n} (side {side}): no line of the job's output matched --metric "
+                    f"{self.pattern.pattern!r} with a positive number in its first group"
+                )
+        return trial, measure.read(where / "measure")
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """The job's exit status; an interrupt kills it first (never leave a job behind)."""
+    try:
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# -- the built-in workload -----------------------------------------------------------------------
+
+
+class _Worker:
+    """One `worker --serve` process: started, warmed up, then one repeat per `run` line."""
+
+    def __init__(self, side: Side, stderr: IO[bytes]) -> None:
+        self.side = side
+        self.proc = subprocess.Popen(
+            side.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=side.env
+        )
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(b"")
+
+    def reply(self, timeout_s: float) -> dict[str, Any]:
+        import json
+
+        try:
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"no answer in {timeout_s:.0f} s") from None
+        if not line:
+            raise RuntimeError(f"exited with status {self.proc.wait()}")
+        doc = json.loads(line)
+        if not isinstance(doc, dict):
+            raise RuntimeError("answered something that is not a JSON object")
+        return doc
+
+    def run(self, timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"run\n")
+        self.proc.stdin.flush()
+        return self.reply(timeout_s)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class BuiltinWorkload:
+    """The benchmark's own pipeline, one pair of warmed-up `worker --serve` processes per block."""
+
+    label = "built-in tf.data + XLA benchmark"
+    metric = IMAGES
+
+    def __init__(self, a: Side, b: Side, pairs_per_block: int, timeout_s: float) -> None:
+        self.sides = {A: a, B: b}
+        self.pairs_per_block = pairs_per_block
+        self.timeout_s = timeout_s
+        self.trials = 0
+        self.ready: dict[str, dict[str, Any]] = {}
+        self.folder = Path(tempfile.mkdtemp(prefix="nodeagent-verify-"))
+
+    def block(self, number: int, order: tuple[str, str], switch: Switch, on_trial: TrialFn) -> Block:
+        out = Block(number, order)
+        with self._workers(number) as (workers, problem):
+            if problem is not None:
+                out.trials.append(Trial(self.trials + 1, number, A, None, 0.0, error=problem))
+                return out
+            ratios: list[float] = []
+            busy0, own0, start = run.busy_cpu_s(), run.own_cpu_s(), time.monotonic()
+            worker_cpu = 0.0
+            for k in range(self.pairs_per_block):
+                rates: dict[str, float] = {}
+                for side in order if k % 2 == 0 else order[::-1]:
+                    switch(side)
+                    trial = self._trial(workers[side], number, side)
+                    out.trials.append(trial)
+                    on_trial(trial)
+                    if trial.error is not None or trial.rate is None:
+                        return out
+                    rates[side] = trial.rate
+                    worker_cpu += trial.cpu_s or 0.0
+                ratios.append(math.log(rates[B] / rates[A]))
+            out.value = stats.median(ratios)
+            out.disturbed = _disturbed(busy0, own0, worker_cpu, time.monotonic() - start)
+        return out
+
+    @contextlib.contextmanager
+    def _workers(self, number: int) -> Iterator[tuple[dict[str, _Worker], str | None]]:
+        workers: dict[str, _Worker] = {}
+        errs = {s: (self.folder / f"block-{number}-{s}.stderr").open("wb") for s in (A, B)}
+        try:
+            for s in (A, B):  # both start at once: their start-ups overlap
+                workers[s] = _Worker(self.sides[s], errs[s])
+            problem = None
+            for s in (A, B):
+                try:
+                    self.ready[s] = workers[s].reply(self.timeout_s)
+                except (RuntimeError, ValueError) as e:
+                    last = _tail(Path(errs[s].name)).strip().splitlines() or ["no message"]
+                    problem = f"block {number}: the side {s} worker did not start: {e}: {last[-1][:300]}"
+                    break
+            yield workers, problem
+        finally:
+            for w in workers.values():
+                w.stop()
+            for f in errs.values():
+                f.close()
+
+    def _trial(self, worker: _Worker, block: int, side: str) -> Trial:
+        self.trials += 1
+        start = time.monotonic()
+        try:
+            doc = worker.run(self.timeout_s)
+        except (RuntimeError, ValueError, OSError) as e:
+            return Trial(
+                self.trials, block, side, None, time.monotonic() - start, error=f"side {side} worker: {e}"
+            )
+        rate = doc.get("images_per_s")
+        if (
+            isinstance(rate, bool)
+            or not isinstance(rate, (int, float))
+            or not math.isfinite(rate)
+            or rate <= 0
+        ):
+            return Trial(self.trials, block, side, None, 0.0, error=f"side {side} worker reported {rate!r}")
+        cpu = doc.get("cpu_s")
+        wait = doc.get("input_wait_fraction")
+        trial = Trial(self.trials, block, side, float(rate), time.monotonic() - start)
+        trial.cpu_s = float(cpu) if isinstance(cpu, (int, float)) else None
+        trial.input_wait = float(wait) if isinstance(wait, (int, float)) else None
+        return trial
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _disturbed(busy0: float | None, own0: float, worker_cpu: float, wall: float) -> str | None:
+    """Why the block's trials are disturbed (other processes above BUSY_SHARE of the CPUs), or None.
+    Measured over the whole block: /proc/stat counts in ticks (10 ms), too coarse for one repeat."""
+    busy1 = run.busy_cpu_s()
+    if busy0 is None or busy1 is None:
+        return None
+    ours = run.own_cpu_s() - own0 + worker_cpu
+    share = run.interference(busy1 - busy0, ours, wall, os.cpu_count() or 1)
+    if share <= run.BUSY_SHARE:
+        return None
+    return f"other processes used {share:.0%} of the CPU time while the block ran"

@@ -1,0 +1,100 @@
+"""`nodeagent verify` (A/B trials of a profile on the user's job) and `nodeagent history`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nodeagent.cli.options import format_option
+
+pairs_option = click.option(
+    "--pairs",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="At most N pairs of trials (pairs of worker processes for the built-in workload); the "
+    "trials stop earlier once the interval decides.",
+)
+metric_option = click.option(
+    "--metric",
+    metavar="REGEX",
+    help="Read the job's rate from its output: the first group of the last line matching REGEX, a "
+    "number where higher is better (default: steps/s measured by nodeagent's hook in TensorFlow "
+    "jobs, else 1 / wall time).",
+)
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option(
+    "--profile", "profile_name", default="default", show_default=True, help="The profile B runs with."
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Built-in workload: small data, at most about 3 minutes, stop at +-3%; a command: at most 20 pairs.",
+)
+@pairs_option
+@metric_option
+@format_option
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def verify(
+    profile_name: str, quick: bool, pairs: int | None, metric: str | None, fmt: str, command: tuple[str, ...]
+) -> None:
+    """Is the job faster with the profile? Interleaved A/B trials, paired, until the answer is clear.
+
+    nodeagent verify [--profile NAME] [--quick] [--pairs N] [--metric REGEX] [-- CMD ...]
+
+    A runs CMD as it is, B through `nodeagent exec --profile NAME`, in the order A B B A A B ...;
+    the profile's runtime values (applied journals) are switched for each side. Without CMD, the
+    built-in tf.data + XLA workload. Every run adds a record to `nodeagent history`.
+
+    Exit codes: 0 B is significantly faster; 1 it is not (no significant difference, or slower);
+    2 a trial failed (the job exited non-zero, or its figure could not be read); 64 bad input.
+    """
+    from nodeagent.app import verify as verifying
+    from nodeagent.render.verify import BlockLines
+
+    request = verifying.VerifyRequest(profile_name, command, quick, pairs, metric)
+    verifying.validate(request)
+    ran = verifying.run(request, on_block=BlockLines())
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(ran.to_dict()))
+    else:
+        from nodeagent.render import table
+        from nodeagent.render.verify import trials_table, verdict_lines
+
+        out = table.console()
+        out.print(trials_table(ran.result))
+        out.print(table.story_lines(verdict_lines(ran.result)), soft_wrap=True)
+    sys.exit(ran.exit_code)
+
+
+@click.command()
+@format_option
+def history(fmt: str) -> None:
+    """The verify decisions recorded on this machine (each `verify`, each change `tune --verify` judged)."""
+    from nodeagent.app import verify as verifying
+
+    records = verifying.history()
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps({"records": [r.model_dump(mode="json") for r in records]}))
+        return
+    from nodeagent.render import table
+    from nodeagent.render.verify import history_table
+
+    out = table.console()
+    if not records:
+        out.print(
+            "no verify decisions recorded yet: run `nodeagent verify` or `nodeagent tune --apply --verify`"
+        )
+        return
+    out.print(history_table(records))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(verify)
+    cli.add_command(history)

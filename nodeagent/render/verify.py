@@ -1,0 +1,154 @@
+"""A/B verify on the terminal: one line per block as it ends (stderr), the trials table, the
+verdict in words, tune --apply --verify's table of changes, and the history table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from nodeagent.bench import ab, paired, stats
+from nodeagent.bench.verify import ChangeVerdict, Progress, StepwiseResult
+from nodeagent.render.literal import lit
+from nodeagent.tuning.history import Record
+
+SIDE_A = "A: as it is"
+SIDE_B = "B: tuned"
+
+
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}"
+
+
+def _ratio(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _side_rate(block: ab.Block, side: str) -> float | None:
+    rates = [t.rate for t in block.trials if t.side == side and t.rate is not None]
+    return stats.median(rates) if rates else None
+
+
+def _note(block: ab.Block) -> str:
+    if block.error:
+        return block.error
+    if block.disturbed:
+        return block.disturbed + ("" if block.counted else ": left out, run again")
+    return ""
+
+
+class BlockLines:
+    """Prints one line per block on stderr as the trials go (stdout stays for the result)."""
+
+    def __init__(self, what: str = "verify") -> None:
+        self.what = what
+        self.out = Console(stderr=True, highlight=False)
+        self.prefix = ""
+
+    def change(self, p: Progress) -> None:
+        self.prefix = f"{p.tuner} ({p.number}/{p.of}): "
+        self.out.print(f"{self.what}: judging {p.tuner}, change {p.number} of {p.of}", markup=False)
+
+    def __call__(self, block: ab.Block, estimate: paired.Estimate | None) -> None:
+        ratio = None if block.value is None else math.exp(block.value)
+        line = f"{self.what}: {self.prefix}pair {block.number} ({''.join(block.order)}): B/A {_ratio(ratio)}"
+        if estimate is not None:
+            line += f"; so far {estimate.reason}"
+        note = _note(block)
+        self.out.print(line + (f" [{note}]" if note else ""), markup=False, soft_wrap=True)
+
+
+def trials_table(result: ab.ABResult) -> Table:
+    """One row per block: its order, each side's rate (the median of the block's trials), B/A."""
+    t = Table(title=f"trials: {result.workload} ({result.metric}, higher is better)", title_justify="left")
+    for col, justify in (("pair", "right"), ("order", "left"), (SIDE_A, "right"), (SIDE_B, "right")):
+        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    t.add_column("B/A", justify="right")
+    t.add_column("note")
+    for b in result.blocks:
+        ratio = None if b.value is None else math.exp(b.value)
+        t.add_row(
+            str(b.number),
+            "".join(b.order),
+            _rate(_side_rate(b, ab.A)),
+            _rate(_side_rate(b, ab.B)),
+            _ratio(ratio),
+            lit(_note(b)),
+        )
+    return t
+
+
+def verdict_lines(result: ab.ABResult) -> list[str]:
+    """The verdict in words, the interval, why the trials stopped, the wall time and the notes."""
+    lines = []
+    est = result.estimate
+    if result.failed is not None:
+        lines.append(f"failed: {result.failed}")
+    elif est is not None:
+        lines.append(f"verdict: {est.reason}")
+        lines.append(
+            f"95% interval of B/A: [{est.ci95[0]:.3f}, {est.ci95[1]:.3f}] (for reading; the verdict uses "
+            f"the {est.level:.2%} interval [{est.ci[0]:.3f}, {est.ci[1]:.3f}], which keeps the error "
+            f"rate at {result.design.alpha:.0%} over the {len(result.design.looks)} planned looks)"
+        )
+    lines.append(f"stopped: {result.stopped}; {result.pairs} pair(s), {result.wall_s:.0f} s")
+    if result.disturbed:
+        lines.append(f"disturbed: {result.disturbed} block(s) ran while other processes took CPU time")
+    lines += [f"note: {n}" for n in result.notes]
+    return lines
+
+
+def _change_row(c: ChangeVerdict) -> list[str | Text]:
+    r = c.result
+    est = None if r is None else r.estimate
+    if est is None:
+        return [
+            c.tuner,
+            c.decision,
+            "-",
+            "-",
+            "-" if r is None else str(r.pairs),
+            lit(r.failed or "") if r else "",
+        ]
+    return [
+        c.tuner,
+        c.decision,
+        _ratio(est.ratio),
+        f"[{est.ci[0]:.3f}, {est.ci[1]:.3f}]",
+        str(r.pairs if r else 0),
+        est.verdict,
+    ]
+
+
+def changes_table(result: StepwiseResult) -> Table:
+    """tune --apply --verify: every planned change with its own ratio, interval and decision."""
+    t = Table(title="tune --verify: each change judged alone (B/A > 1: faster)", title_justify="left")
+    for col in ("change", "decision", "B/A", "interval", "pairs", "verdict"):
+        t.add_column(col)
+    for c in result.changes:
+        t.add_row(*_change_row(c))
+    return t
+
+
+def history_table(records: Sequence[Record]) -> Table:
+    t = Table(title="nodeagent verify history (oldest first)", title_justify="left")
+    for col in ("time", "node", "command", "change", "B/A", "interval", "pairs", "verdict", "decision"):
+        t.add_column(col)
+    for r in records:
+        t.add_row(
+            r.time,
+            lit(r.node),
+            lit((" ".join(r.command) if r.command is not None else "built-in benchmark")[:60]),
+            lit(r.change),
+            _ratio(r.ratio),
+            "-" if r.interval is None else f"[{r.interval[0]:.3f}, {r.interval[1]:.3f}]",
+            str(r.pairs),
+            r.verdict,
+            r.decision,
+        )
+    return t
