@@ -1,6 +1,7 @@
 """The TUI's Bench and Cluster screens, driven by Textual's pilot on the fake backend (a benchmark
-that reports progress, a fleet with a dead host, drift and an outlier) and on the real backend with
-an inventory of hosts that refuse connections."""
+that reports progress, a verify whose blocks of A/B trials come one by one, the history of verify
+decisions, a fleet with a dead host, drift and an outlier) and on the real backend with an
+inventory of hosts that refuse connections."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import ProgressBar
+from textual.widgets import DataTable, ProgressBar
 from textual_plotext import PlotextPlot
 
-from nodeagent.bench import run, stats
+from nodeagent.bench import ab, run, stats
+from nodeagent.bench import verify as verifying
+from nodeagent.bench.paired import Estimate
 from nodeagent.bench.run import BenchResult, ConfigResult, Progress
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
@@ -31,7 +34,7 @@ from nodeagent.tui.screens.cluster import NO_INVENTORY, ClusterScreen, HostScree
 from nodeagent.tui.widgets import bench_report
 from nodeagent.tui.widgets.host_tile import HostTile
 from tests.tui_driver import drive, notifications, plain, settle, text_of
-from tests.tui_fakes import FakeBackend, bench_result, fleet_report
+from tests.tui_fakes import FakeBackend, bench_result, fleet_report, history_records
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 HOSTS = [f"node{i:02d}" for i in range(1, 9)]
@@ -54,6 +57,12 @@ def tiles(app: NodeAgentApp) -> dict[str, HostTile]:
 
 def tile_text(tile: HostTile) -> str:
     return plain(tile.content)
+
+
+def table_cells(app: NodeAgentApp, selector: str) -> list[list[str]]:
+    """A DataTable's rows as plain text, top to bottom."""
+    table: DataTable[Any] = app.screen.query_one(selector, DataTable)
+    return [[plain(c).strip() for c in table.get_row_at(i)] for i in range(table.row_count)]
 
 
 # -- fakes beyond tests/tui_fakes.py -------------------------------------------------------------------
@@ -83,6 +92,25 @@ class GatedBench(FakeBackend):
 class NoTensorFlow(FakeBackend):
     def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
         raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
+
+
+@dataclass
+class GatedVerify(FakeBackend):
+    """A verify that stops after the blocks numbered in `stops` until their events are set."""
+
+    stops: dict[int, threading.Event] = field(
+        default_factory=lambda: {3: threading.Event(), 8: threading.Event()}
+    )
+
+    def verify(
+        self, quick: bool, on_block: Callable[[ab.Block, Estimate | None], None]
+    ) -> verifying.ProfileVerdict:
+        def gated(block: ab.Block, estimate: Estimate | None) -> None:
+            on_block(block, estimate)
+            if block.number in self.stops:
+                self.stops[block.number].wait(10)
+
+        return super().verify(quick, gated)
 
 
 @dataclass
@@ -306,6 +334,193 @@ def test_too_few_measurements_say_so() -> None:
     line = plain(bench_report.comparison_line("tuned_vs_autotune", v))
     assert "tuned vs autotune: no significant difference, tuned/autotune = 1.100" in line
     assert "(too few measurements to decide)" in line
+
+
+# -- Bench: verify and its history --------------------------------------------------------------------
+
+NO_PROFILE = (
+    "no profile 'default' (/var/lib/nodeagent/profiles/default.json); create it with "
+    "`nodeagent tune --apply --profile default`"
+)
+FIRST_LOOK = (
+    "so far: no significant difference between B and A: B/A = 1.025, 98.33% interval [0.980, 1.062] "
+    "(Wilcoxon signed-rank, 7 pairs); not decided yet, next look at 11 pairs"
+)
+HISTORY = [
+    ["2026-11-20 09:12", "tf-threads", "1.084", "[1.052, 1.117]", "11", "faster", "kept"],
+    ["2026-11-20 09:30", "thp", "0.996", "[0.981, 1.012]", "16", "no significant difference", "reverted"],
+    ["2026-11-22 14:02", "profile", "1.051", "[1.030, 1.073]", "7", "faster", "measured"],
+]
+
+
+def test_verify_shows_each_block_as_it_ends_then_the_verdict_and_the_new_record() -> None:
+    backend = GatedVerify()
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, BenchScreen)
+        await settle(pilot)
+        assert len(table_cells(app, "#verify-history")) == 3  # before the run
+        await pilot.press("v")
+        await until(pilot, lambda: len(table_cells(app, "#verify-trials")) == 3, "three blocks")
+        state = text_of(app, "#verify-state")
+        assert "verify: pair 3 (AB): B/A 1.041" in state
+        assert "so far: no estimate before the first planned look" in state
+        await pilot.press("b")  # both load every CPU: one at a time
+        assert "a verify is already running" in notifications(app)
+        backend.stops[3].set()
+        await until(pilot, lambda: len(table_cells(app, "#verify-trials")) == 8, "the first look")
+        rows = table_cells(app, "#verify-trials")
+        assert [r[:2] for r in rows] == [[str(n), "AB" if n % 2 else "BA"] for n in range(1, 9)]
+        assert rows[0][2:5] == ["880", "925.1", "1.051"]
+        assert (
+            rows[3][5] == "other processes used 40% of the CPU time while the block ran: left out, run again"
+        )
+        assert [r[5] for r in rows if r[5]] == [rows[3][5]]  # the others are ordinary pairs
+        state = text_of(app, "#verify-state")
+        assert "verify: pair 8 (BA): B/A 1.020" in state
+        assert FIRST_LOOK in " ".join(state.split())
+        assert not app.screen.query_one("#verify-verdict").display  # no verdict before the end
+        backend.stops[8].set()
+        await settle(pilot)
+        await until(pilot, lambda: "done" in text_of(app, "#verify-state"), "the verdict")
+        assert len(table_cells(app, "#verify-trials")) == 12
+        done = " ".join(text_of(app, "#verify-state").split())
+        assert done == (
+            "verify of profile default done: faster "
+            "(11 pair(s), 36 s; built-in tf.data + XLA benchmark, images/s)"
+        )
+        verdict = " ".join(text_of(app, "#verify-verdict").split())
+        assert verdict.startswith(
+            "verdict: B is 3.6% faster than A: B/A = 1.036, 98.33% interval [1.005, 1.051] "
+            "(Wilcoxon signed-rank, 11 pairs) 95% interval of B/A: [1.010, 1.051]"
+        )
+        assert "stopped: decided after 11 pairs; 11 pair(s)" in verdict
+        assert "1 block(s) disturbed by other processes" in verdict
+        history = table_cells(app, "#verify-history")
+        assert [r[:7] for r in history] == [
+            *HISTORY,
+            ["2026-11-23 12:30", "profile", "1.036", "[1.005, 1.051]", "11", "faster", "measured"],
+        ]
+        assert "4 decision(s), newest last" in text_of(app, "#verify-history-title")
+        await pilot.press("b")  # the verify is over: the benchmark may run
+        await settle(pilot)
+        await until(pilot, lambda: "benchmark done" in text_of(app, "#bench-state"), "the benchmark")
+
+    drive(app, steps)
+
+
+def test_a_verify_that_cannot_run_says_why_in_one_line_and_can_run_again() -> None:
+    backend = FakeBackend(delay_s=0, fail_verify=NO_PROFILE)
+    app = make_app(backend, start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("v")
+        await settle(pilot)
+        state = text_of(app, "#verify-state")
+        assert state.strip() == f"verify failed: {NO_PROFILE}"  # one line (text_of: 200 columns)
+        assert NO_PROFILE in notifications(app)
+        assert not any("Traceback" in n for n in notifications(app))
+        assert table_cells(app, "#verify-trials") == []
+        assert len(table_cells(app, "#verify-history")) == 3  # no record of a run that did not happen
+        backend.fail_verify = None  # the profile applied: the same screen runs it
+        await pilot.press("v")
+        await settle(pilot)
+        await until(pilot, lambda: "done: faster" in text_of(app, "#verify-state"), "the verdict")
+
+    drive(app, steps, size=(120, 40))
+
+
+def test_the_history_lists_the_recorded_decisions_oldest_first() -> None:
+    app = make_app(FakeBackend(delay_s=0), start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert "3 decision(s), newest last" in text_of(app, "#verify-history-title")
+        rows = table_cells(app, "#verify-history")
+        assert [r[:7] for r in rows] == HISTORY
+        train = "python train.py --epochs 1 --data /sc..."  # cut at 40 characters
+        assert [r[7] for r in rows] == [train, train, "built-in"]
+        table: DataTable[Any] = app.screen.query_one("#verify-history", DataTable)
+        assert table.cursor_row == 2  # the newest
+
+    drive(app, steps, size=(120, 40))
+
+
+def test_no_history_and_an_unreadable_history_are_said() -> None:
+    app = make_app(FakeBackend(delay_s=0, records=[]), start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        assert "no decisions recorded yet" in text_of(app, "#verify-history-title")
+        assert not app.screen.query_one("#verify-history").display
+
+    drive(app, steps)
+    bad = "/var/lib/nodeagent/history.jsonl:2: pairs: Input should be a valid integer; move the file aside"
+    app = make_app(FakeBackend(delay_s=0, fail_history=bad), start="bench")
+
+    async def broken(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        title = " ".join(text_of(app, "#verify-history-title").split())
+        assert title == f"verify history: {bad}"
+        assert not app.screen.query_one("#verify-history").display
+
+    drive(app, broken, size=(120, 40))
+
+
+def test_the_palettes_verify_opens_bench_and_runs_it() -> None:
+    app = make_app(FakeBackend(delay_s=0))  # on the overview: the Bench screen is not open yet
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await app.run_action("verify")  # the command palette's action (commands.py)
+        await settle(pilot)
+        assert isinstance(app.screen, BenchScreen)
+        await until(pilot, lambda: "done: faster" in text_of(app, "#verify-state"), "the verdict")
+        assert len(table_cells(app, "#verify-trials")) == 12
+
+    drive(app, steps)
+
+
+def test_the_tui_verifies_as_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`v` is `nodeagent verify --quick`: the same request reaches the same flow."""
+    from click.testing import CliRunner
+
+    from nodeagent.cli.main import cli
+
+    asked: list[tuple[verifying.Job, str]] = []
+
+    def fake_verify_profile(
+        job: verifying.Job, profile: str, node: str, on_trial: Any = None, on_block: Any = None
+    ) -> verifying.ProfileVerdict:
+        asked.append((job, profile))
+        return FakeBackend(delay_s=0).verify(job.quick, on_block)
+
+    monkeypatch.setattr(verifying, "verify_profile", fake_verify_profile)
+    monkeypatch.setattr("nodeagent.app.verify.validate", lambda request: None)
+    result = CliRunner().invoke(cli, ["verify", "--quick"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    blocks: list[int] = []
+    verdict = LocalBackend().verify(True, lambda block, estimate: blocks.append(block.number))
+    assert asked[0] == asked[1] == (verifying.Job(None, None, True, None), "default")
+    assert blocks == list(range(1, 13))
+    assert verdict.result.verdict == stats.FASTER
+
+
+def test_the_tui_reads_the_history_the_cli_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodeagent.tuning import history
+
+    monkeypatch.setenv("NODEAGENT_STATE_DIR", str(tmp_path))
+    assert LocalBackend().history() == []
+    for record in history_records():
+        history.append(record)
+    assert LocalBackend().history() == history_records()
+
+
+def test_verify_on_a_recording_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match=r"not a recording .*firecracker-vm-2cpu.tar.gz.*without --root"):
+        LocalBackend(root=str(VM)).verify(True, lambda block, estimate: None)
 
 
 # -- Cluster -------------------------------------------------------------------------------------------

@@ -34,3 +34,19 @@ def test_screen(screen: str, size: tuple[int, int], snap_compare: Any) -> None:
 
     app = make_app(FakeBackend(delay_s=0), start=screen)
     assert snap_compare(app, terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_bench_after_a_verify(size: tuple[int, int], snap_compare: Any) -> None:
+    """The verify section: the trials of the fake verify (a disturbed block left out), its verdict and
+    the history with the new record last."""
+
+    async def verified(pilot: Pilot[None]) -> None:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.press("v")
+        for _ in range(3):  # the verify's blocks and verdict, then the history loaded again
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+
+    app = make_app(FakeBackend(delay_s=0), start="bench")
+    assert snap_compare(app, terminal_size=size, run_before=verified)

@@ -1,11 +1,15 @@
 """A fake Backend for the TUI's pilot tests: slow checks that stream, an UNKNOWN finding, a check
 that fails, plans with changes, an apply that records what it was given (and saves its process
 settings in a profile kept in memory, which revert restores), a benchmark that reports progress,
-and a fleet with a dead host. Real types throughout (Finding, Plan, BenchResult,
-FleetReport), so the screens render exactly what the engine would give them."""
+a verify whose blocks of A/B trials go through nodeagent's own sequential loop (ab.run_trials: the
+estimates, the looks and a disturbed block left out are the real ones), a history of verify
+decisions, and a fleet with a dead host. Real types throughout (Finding, Plan, BenchResult,
+ProfileVerdict, Record, FleetReport), so the screens render exactly what the engine would give
+them."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -15,7 +19,9 @@ from typing import Any
 
 from nodeagent.api.check import Check
 from nodeagent.api.tune import Change, Plan, Scope, Write
-from nodeagent.bench import stats
+from nodeagent.bench import ab, stats
+from nodeagent.bench import verify as verifying
+from nodeagent.bench.paired import Estimate
 from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
 from nodeagent.checks import BUILTIN
 from nodeagent.cluster.report import FleetReport
@@ -28,10 +34,12 @@ from nodeagent.engine import CheckResult
 from nodeagent.tui.backend import SavedProfile
 from nodeagent.tuning import profile as profiles
 from nodeagent.tuning.apply import ApplyResult
+from nodeagent.tuning.history import Record
 from nodeagent.tuning.journal import Journal
 
 CHECK_IDS = BUILTIN
 PROFILE_PATH = Path("/var/lib/nodeagent/profiles/default.json")  # shown only: the fake writes no file
+HISTORY_PATH = Path("/var/lib/nodeagent/history.jsonl")  # shown only: the fake's history is a list
 
 FINDINGS: dict[str, list[Finding]] = {
     "cstates": [
@@ -201,6 +209,83 @@ def bench_result() -> BenchResult:
     return BenchResult(configs, Bound(1553.0, 888.0, 2), verdicts, True, 12.0, QUICK, "default")
 
 
+# The fake verify's blocks: log(B/A) of each counted block, in order. Not decided at the first look
+# (7 pairs: the interval still holds 1), decided at the second (11 pairs: B is 3.6% faster).
+VERIFY_VALUES = (0.05, -0.02, 0.04, 0.03, -0.01, 0.06, 0.02, 0.05, 0.04, 0.03, 0.05)
+VERIFY_DISTURBED = 4  # this block is disturbed by other processes: left out and run again
+VERIFY_A_RATE = 880.0  # images/s of side A in every block
+VERIFIED_AT = "2026-11-23T12:30:00Z"  # the fake's record: a fixed time, for the snapshots
+
+
+class FakeWorkload:
+    """Blocks of one A and one B trial whose rates give VERIFY_VALUES; block VERIFY_DISTURBED ran
+    while other processes took 40% of the CPUs (the loop leaves it out and runs the block again)."""
+
+    label = "built-in tf.data + XLA benchmark"
+    metric = ab.IMAGES
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+        self.values = iter(VERIFY_VALUES)
+        self.trials = 0
+
+    def block(self, number: int, order: tuple[str, str], switch: ab.Switch, on_trial: ab.TrialFn) -> ab.Block:
+        time.sleep(self.delay_s)
+        disturbed = number == VERIFY_DISTURBED
+        value = 0.09 if disturbed else next(self.values)
+        rates = {ab.A: VERIFY_A_RATE, ab.B: VERIFY_A_RATE * math.exp(value)}
+        out = ab.Block(number, order)
+        for side in order:
+            switch(side)
+            self.trials += 1
+            busy = 0.4 if disturbed else 0.02
+            trial = ab.Trial(self.trials, number, side, rates[side], 1.5, interference=busy)
+            out.trials.append(trial)
+            on_trial(trial)
+        out.value = math.log(rates[ab.B] / rates[ab.A])
+        if disturbed:
+            out.disturbed = "other processes used 40% of the CPU time while the block ran"
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def history_records() -> list[Record]:
+    """Three decisions, oldest first: a change kept, a change reverted, a whole profile measured."""
+
+    def decided(
+        when: str, command: list[str] | None, change: str, outcome: tuple[str, str], figures: str
+    ) -> Record:
+        verdict, decision = outcome
+        ratio, lo, hi, pairs = (float(f) for f in figures.split())
+        return Record(
+            time=when,
+            node="gpu-node-07",
+            command=command,
+            profile="default",
+            change=change,
+            settings={},
+            runtime=[],
+            metric=ab.STEPS if command else ab.IMAGES,
+            pairs=int(pairs),
+            ratio=ratio,
+            interval=(lo, hi),
+            level=0.9833,
+            verdict=verdict,
+            decision=decision,
+            reason=f"{verdict}: B/A = {ratio:.3f}",
+            wall_s=600.0,
+        )
+
+    train = ["python", "train.py", "--epochs", "1", "--data", "/scratch/imagenet/train"]
+    return [
+        decided("2026-11-20T09:12:03Z", train, "tf-threads", (stats.FASTER, "kept"), "1.084 1.052 1.117 11"),
+        decided("2026-11-20T09:30:40Z", train, "thp", (stats.SAME, "reverted"), "0.996 0.981 1.012 16"),
+        decided("2026-11-22T14:02:11Z", None, "profile", (stats.FASTER, "measured"), "1.051 1.030 1.073 7"),
+    ]
+
+
 def fleet_report(on_done: Callable[[HostOutcome], None], delay_s: float) -> FleetReport:
     outcomes: dict[str, HostOutcome] = {}
     for i in range(1, 9):
@@ -243,6 +328,9 @@ class FakeBackend:
     profile_error: str | None = None  # reading the profile raises this (a corrupt file)
     # The profile before each apply since the last revert: the fake's one journal restores the first.
     profile_before: list[dict[str, Any] | None] = field(default_factory=list)
+    fail_verify: str | None = None  # verify raises this UsageError (no profile, no TensorFlow)
+    fail_history: str | None = None  # reading the history raises this UsageError (a corrupt line)
+    records: list[Record] = field(default_factory=history_records)  # the history; verify appends
 
     @property
     def name(self) -> str:
@@ -321,6 +409,28 @@ class FakeBackend:
             time.sleep(self.delay_s / 5)
             on_progress(Progress("naive", 1, 1, step, 10, step / 10))
         return bench_result()
+
+    def verify(
+        self, quick: bool, on_block: Callable[[ab.Block, Estimate | None], None]
+    ) -> verifying.ProfileVerdict:
+        if self.fail_verify:
+            raise UsageError(self.fail_verify)
+        job = verifying.Job(quick=quick)
+        workload = FakeWorkload(self.delay_s / 5)
+        result = ab.run_trials(workload, job.limits(), lambda side: None, on_block=on_block)
+        # The fake's trials take no time: its wall time is what they claim, the same on any machine.
+        result.wall_s = sum(t.wall_s for b in result.blocks for t in b.trials)
+        settings = {"env.TF_NUM_INTRAOP_THREADS": "64"}
+        out = verifying.ProfileVerdict("default", job, result, settings, [], HISTORY_PATH)
+        measured = verifying.MEASURED
+        recorded = verifying.record(job, self.name, "default", "profile", result, measured, settings, [])
+        self.records.append(recorded.model_copy(update={"time": VERIFIED_AT}))
+        return out
+
+    def history(self) -> list[Record]:
+        if self.fail_history:
+            raise UsageError(self.fail_history)
+        return list(self.records)
 
     def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport:
         return fleet_report(on_done, self.delay_s)

@@ -19,22 +19,27 @@ SIDE_A = "A: as it is"
 SIDE_B = "B: tuned"
 
 
-def _rate(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4g}"
+def rate_text(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
 
 
-def _ratio(v: float | None) -> str:
+def ratio_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def _side_rate(block: ab.Block, side: str) -> float | None:
+def side_rate(block: ab.Block, side: str) -> float | None:
+    """The side's rate in the block: the median of its trials (the built-in workload runs many)."""
     rates = [t.rate for t in block.trials if t.side == side and t.rate is not None]
     return stats.median(rates) if rates else None
 
 
-def _note(block: ab.Block) -> str:
+def block_ratio(block: ab.Block) -> float | None:
+    return None if block.value is None else math.exp(block.value)
+
+
+def block_note(block: ab.Block) -> str:
+    """Why a block is not an ordinary pair: its failed trial, or the other processes that disturbed
+    it (and whether it was left out and run again)."""
     if block.error:
         return block.error
     if block.disturbed:
@@ -55,11 +60,11 @@ class BlockLines:
         self.out.print(f"{self.what}: judging {p.tuner}, change {p.number} of {p.of}", markup=False)
 
     def __call__(self, block: ab.Block, estimate: paired.Estimate | None) -> None:
-        ratio = None if block.value is None else math.exp(block.value)
-        line = f"{self.what}: {self.prefix}pair {block.number} ({''.join(block.order)}): B/A {_ratio(ratio)}"
+        shown = ratio_text(block_ratio(block))
+        line = f"{self.what}: {self.prefix}pair {block.number} ({''.join(block.order)}): B/A {shown}"
         if estimate is not None:
             line += f"; so far {estimate.reason}"
-        note = _note(block)
+        note = block_note(block)
         self.out.print(line + (f" [{note}]" if note else ""), markup=False, soft_wrap=True)
 
 
@@ -71,14 +76,13 @@ def trials_table(result: ab.ABResult) -> Table:
     t.add_column("B/A", justify="right")
     t.add_column("note")
     for b in result.blocks:
-        ratio = None if b.value is None else math.exp(b.value)
         t.add_row(
             str(b.number),
             "".join(b.order),
-            _rate(_side_rate(b, ab.A)),
-            _rate(_side_rate(b, ab.B)),
-            _ratio(ratio),
-            lit(_note(b)),
+            rate_text(side_rate(b, ab.A)),
+            rate_text(side_rate(b, ab.B)),
+            ratio_text(block_ratio(b)),
+            lit(block_note(b)),
         )
     return t
 
@@ -118,7 +122,7 @@ def _change_row(c: ChangeVerdict) -> list[str | Text]:
     return [
         c.tuner,
         c.decision,
-        _ratio(est.ratio),
+        ratio_text(est.ratio),
         f"[{est.ci[0]:.3f}, {est.ci[1]:.3f}]",
         str(r.pairs if r else 0),
         est.verdict,
@@ -145,7 +149,7 @@ def history_table(records: Sequence[Record]) -> Table:
             lit(r.node),
             lit((" ".join(r.command) if r.command is not None else "built-in benchmark")[:60]),
             lit(r.change),
-            _ratio(r.ratio),
+            ratio_text(r.ratio),
             "-" if r.interval is None else f"[{r.interval[0]:.3f}, {r.interval[1]:.3f}]",
             str(r.pairs),
             r.verdict,

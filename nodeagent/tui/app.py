@@ -127,6 +127,12 @@ class NodeAgentApp(App[None]):
         else:
             bench.action_confirm_full()  # minutes of every CPU: asked first, as with B
 
+    async def action_verify(self) -> None:
+        """A/B trials of the profile (quick, built-in workload), on the Bench screen as with v."""
+        bench = cast("BenchScreen | None", await self._show("bench"))
+        if bench is not None:
+            bench.action_verify()
+
     async def action_revert(self, which: str) -> None:
         """`which`: "last" or "all" (TuneScreen.revert); confirmed on the Tune screen."""
         tune = cast("TuneScreen | None", await self._show("tune"))

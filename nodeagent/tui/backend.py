@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from nodeagent.app.check import CheckRequest
     from nodeagent.app.fleet import FleetRequest
     from nodeagent.app.tune import TuneRequest
+    from nodeagent.bench.ab import Block
+    from nodeagent.bench.paired import Estimate
     from nodeagent.bench.run import BenchResult, Progress
+    from nodeagent.bench.verify import ProfileVerdict
     from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
     from nodeagent.tuning.apply import ApplyResult
+    from nodeagent.tuning.history import Record
     from nodeagent.tuning.journal import Journal
 
 _ABSENT = object()
@@ -104,6 +108,13 @@ class Backend(Protocol):
     def revert(self, journal_id: str) -> list[Finding]: ...
 
     def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult: ...
+
+    def verify(self, quick: bool, on_block: Callable[[Block, Estimate | None], None]) -> ProfileVerdict:
+        """A/B trials of the built-in workload without and with the profile (`nodeagent verify`);
+        `on_block` is called as each block of trials ends, with the estimate so far."""
+
+    def history(self) -> list[Record]:
+        """The verify decisions recorded on this machine, oldest first (`nodeagent history`)."""
 
     def run_cluster(self, on_done: Callable[[HostOutcome], None]) -> FleetReport: ...
 
@@ -203,6 +214,25 @@ class LocalBackend:
 
         request = bench.BenchRequest(quick, self.profile).with_playbook(self.playbook)
         return bench.run(request, self.root, on_progress=on_progress)
+
+    def verify(self, quick: bool, on_block: Callable[[Block, Estimate | None], None]) -> ProfileVerdict:
+        """`nodeagent verify [--quick]` without a command: the built-in workload with this profile."""
+        from nodeagent.app import verify
+
+        if self.root not in (None, "/"):
+            from nodeagent.core.errors import UsageError
+
+            # The trials run here, on this machine's profile: a recording's node is not measured.
+            raise UsageError(
+                f"verify measures the machine it runs on, not a recording ({self.root}): "
+                "run it on the node itself, without --root"
+            )
+        return verify.run(verify.VerifyRequest(self.profile or "default", (), quick), on_block=on_block)
+
+    def history(self) -> list[Record]:
+        from nodeagent.app import verify
+
+        return verify.history()
 
     def inventory(self) -> Inventory:
         from nodeagent.core.errors import UsageError

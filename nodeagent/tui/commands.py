@@ -1,5 +1,5 @@
 """nodeagent's commands in Textual's command palette (ctrl+p), next to Textual's own (theme, keys,
-quit): run the checks, plan the tuning, the benchmark, revert, and one entry per screen.
+quit): run the checks, plan the tuning, the benchmark, verify, revert, and one entry per screen.
 
 A command is an action string of the app, as a key binding is, run with `App.run_action`: the
 palette starts the same actions and workers as the keys (app.py, the screens) and holds no flow of
@@ -48,6 +48,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("Tune: plan", "plan the tuning again, on the Tune screen", "plan"),
     Command("Bench: quick benchmark", "about a minute, on the Bench screen", "bench(True)"),
     Command("Bench: full benchmark", "several minutes with every CPU busy; asks first", "bench(False)"),
+    Command(
+        "Bench: verify the profile",
+        "A/B trials of the profile against the job as it is (quick, built-in workload)",
+        "verify",
+    ),
     Command("Revert the last apply", "the newest journal not yet reverted; asks first", "revert('last')"),
     Command("Revert every apply", "every journal not reverted, newest first; asks first", "revert('all')"),
     *SCREEN_COMMANDS,

@@ -1,9 +1,13 @@
 """Bench: run the benchmark (quick with `b`, full with `B` after a confirmation) with a live progress
-bar, then its chart, table and the verdict a keep/revert decision rests on.
+bar, then its chart, table and the verdict a keep/revert decision rests on; and verify the profile
+(`v`: `nodeagent verify --quick` on the built-in workload), A/B trials shown block by block as they
+end, then the verdict, above the history of verify decisions recorded on this machine.
 
 The benchmark runs in a thread worker (backend.bench); its progress callback only records the latest
 progress, and a timer draws it twice a second, as the CLI's bar does: on a 2-CPU node a busy
-renderer would slow down the workers it measures (nodeagent.render.bench.ProgressBar)."""
+renderer would slow down the workers it measures (nodeagent.render.bench.ProgressBar). A verify
+reports a block every few seconds (a pair of worker processes each), so each block is posted as a
+message and drawn at once. The benchmark and a verify load every CPU: one runs at a time."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.console import RenderableType
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -18,18 +23,26 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Header, ProgressBar, Static
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from nodeagent.render.literal import lit
-from nodeagent.tui.widgets import bench_report
+from nodeagent.tui.widgets import bench_report, verify_report
 
 if TYPE_CHECKING:
     from textual.timer import Timer
+    from textual.widgets.data_table import CursorType
 
+    from nodeagent.bench.ab import Block
+    from nodeagent.bench.paired import Estimate
     from nodeagent.bench.run import BenchResult, Progress
+    from nodeagent.bench.verify import ProfileVerdict
+    from nodeagent.tuning.history import Record
 
 REFRESH_S = 0.5  # the CLI's bar refreshes twice a second too (refresh_per_second=2 in bench.run)
-HINT = "b: quick benchmark (about a minute)   B: full benchmark (several minutes)"
+HINT = (
+    "b: quick benchmark (about a minute)   B: full benchmark (several minutes)   "
+    "v: verify the profile (A/B trials, quick, built-in workload)"
+)
 # What is measured (nodeagent/bench/__init__.py, run.py), shown until the first result.
 INTRO = Text(
     "A small Keras CNN trained on a tf.data pipeline of JPEG images, each configuration in fresh "
@@ -38,6 +51,15 @@ INTRO = Text(
     "any can reach. The verdict keeps a tuning only when tuned is significantly faster than naive.",
     style="dim",
 )
+# What `v` does (nodeagent/bench/ab.py, verify.py), shown until the first verify.
+VERIFY_INTRO = Text(
+    "v: is the built-in workload faster with the profile? A (as it is) and B (through the profile) "
+    "run as pairs of worker processes in the order A B B A A B ..., each pair gives B/A, and the "
+    "trials stop once the paired interval decides (quick: about 3 minutes at most). The verdict is "
+    "added to the history below.",
+    style="dim",
+)
+VERIFYING = "verify (quick, built-in workload): starting the first pair of workers..."
 
 
 @dataclass
@@ -49,6 +71,38 @@ class BenchDone(Message):
 @dataclass
 class BenchFailed(Message):
     quick: bool
+    error: str
+
+
+@dataclass
+class VerifyBlock(Message):
+    """A block of A/B trials ended; `estimate` is the analysis so far (None before the first look)."""
+
+    block: Block
+    estimate: Estimate | None
+
+
+@dataclass
+class VerifyDone(Message):
+    verdict: ProfileVerdict
+
+
+@dataclass
+class VerifyFailed(Message):
+    """The verify could not run or stopped: no profile, no TensorFlow (a UsageError's one line), ..."""
+
+    error: str
+
+
+@dataclass
+class HistoryLoaded(Message):
+    records: list[Record]
+
+
+@dataclass
+class HistoryFailed(Message):
+    """The history file could not be read (a line that is not a record: its file and line)."""
+
     error: str
 
 
@@ -77,15 +131,25 @@ class ConfirmFull(ModalScreen[bool]):
         yield Footer(compact=True, show_command_palette=False)
 
 
+def hidden_table(table_id: str, columns: tuple[str, ...], cursor: CursorType) -> DataTable[Any]:
+    """A DataTable with its columns, not displayed until it has rows to show."""
+    table: DataTable[Any] = DataTable(id=table_id, cursor_type=cursor, zebra_stripes=True)
+    table.add_columns(*columns)
+    table.display = False
+    return table
+
+
 class BenchScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "start(True)", "Quick", tooltip="Run the quick benchmark (about a minute)"),
         Binding("B", "confirm_full", "Full", tooltip="Run the full benchmark (minutes; asks first)"),
+        Binding("v", "verify", "Verify", tooltip="A/B trials of the profile (quick, built-in workload)"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self.running = False
+        self.activity = "a benchmark"  # what is running, for the refusal of a second one
         self.quick = True
         self.latest: bench_report.LiveProgress | None = None  # written by the worker, read by the timer
         self.shown: bench_report.LiveProgress | None = None
@@ -97,10 +161,20 @@ class BenchScreen(Screen[None]):
         yield Static(lit(HINT, style="dim"), id="bench-state")
         yield ProgressBar(total=1.0, show_eta=False, id="bench-progress")
         with VerticalScroll(id="bench-results"):
-            yield Static(INTRO, id="bench-verdict")
-            yield Static(id="bench-table")
-            yield Static(id="bench-notes")  # the chart goes after these (show_chart)
+            with Vertical(id="bench-run"):
+                yield Static(INTRO, id="bench-verdict")
+                yield Static(id="bench-table", classes="-until-filled")
+                yield Static(id="bench-notes", classes="-until-filled")  # then the chart (show_chart)
+            with Vertical(id="verify"):
+                yield Static(VERIFY_INTRO, id="verify-state")
+                yield hidden_table("verify-trials", verify_report.TRIAL_COLUMNS, "none")  # until a verify
+                yield Static(id="verify-verdict", classes="-until-filled")
+                yield Static(id="verify-history-title")
+                yield hidden_table("verify-history", verify_report.HISTORY_COLUMNS, "row")  # until read
         yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.load_history()
 
     def action_confirm_full(self) -> None:
         if self._busy():
@@ -114,13 +188,13 @@ class BenchScreen(Screen[None]):
 
     def _busy(self) -> bool:
         if self.running:
-            self.app.notify("a benchmark is already running", severity="warning", markup=False)
+            self.app.notify(f"{self.activity} is already running", severity="warning", markup=False)
         return self.running
 
     def action_start(self, quick: bool) -> None:
         if self._busy():
             return
-        self.running, self.quick = True, quick
+        self.running, self.quick, self.activity = True, quick, "a benchmark"
         self.latest = self.shown = None
         mode = "quick" if quick else "full"
         self.query_one("#bench-state", Static).update(lit(f"{mode} benchmark: preparing the data set..."))
@@ -177,9 +251,15 @@ class BenchScreen(Screen[None]):
             state.append(f" (tuned: profile {r.profile})")
         self.query_one("#bench-state", Static).update(state.append(f"\n{HINT}", style="dim"))
         self.query_one("#bench-verdict", Static).update(bench_report.verdict_view(r))
-        self.query_one("#bench-table", Static).update(bench_report.results_table(r))
-        self.query_one("#bench-notes", Static).update(bench_report.results_notes(r))
+        self.fill("#bench-table", bench_report.results_table(r))
+        self.fill("#bench-notes", bench_report.results_notes(r))
         self.show_chart(r)
+
+    def fill(self, selector: str, content: RenderableType) -> None:
+        """Show `content` in a Static that took no room while it had nothing to show."""
+        static = self.query_one(selector, Static)
+        static.update(content)
+        static.remove_class("-until-filled")
 
     def show_chart(self, result: BenchResult) -> None:
         # Imported here, not at the top: plotext is only needed once a result is in (startup time).
@@ -188,6 +268,100 @@ class BenchScreen(Screen[None]):
         found = self.query("#bench-chart")
         plot = found.first(PlotextPlot) if found else PlotextPlot(id="bench-chart")
         if not found:
-            self.query_one("#bench-results").mount(plot)
+            self.query_one("#bench-run").mount(plot)
         plot.display = bench_report.draw_chart(plot.plt, result)
         plot.refresh()
+
+    # -- verify: A/B trials of the profile, and the history of decisions -----------------------------
+
+    def action_verify(self) -> None:
+        if self._busy():
+            return
+        self.running, self.activity = True, "a verify"
+        self.query_one("#verify-state", Static).update(lit(VERIFYING, style="bold"))
+        self.query_one("#verify-verdict", Static).add_class("-until-filled")
+        trials = self.query_one("#verify-trials", DataTable)
+        trials.clear()
+        trials.display = True
+        self.follow_verify()
+        self.run_verify()
+
+    @work(thread=True, exclusive=True, group="bench")
+    def run_verify(self) -> None:
+        app: Any = self.app
+
+        def on_block(block: Block, estimate: Estimate | None) -> None:
+            self.post_message(VerifyBlock(block, estimate))
+
+        try:
+            verdict = app.backend.verify(True, on_block)
+        except Exception as e:  # no profile, no TensorFlow (UsageError), a state disk that refuses, ...
+            self.post_message(VerifyFailed(str(e) or type(e).__name__))
+            return
+        self.post_message(VerifyDone(verdict))
+
+    def on_verify_block(self, message: VerifyBlock) -> None:
+        trials = self.query_one("#verify-trials", DataTable)
+        trials.add_row(*verify_report.block_row(message.block))
+        trials.scroll_end(animate=False)  # the newest block in view
+        self.follow_verify()
+        self.query_one("#verify-state", Static).update(
+            verify_report.block_status(message.block, message.estimate)
+        )
+
+    def follow_verify(self) -> None:
+        """The verify section at the top of the view as each block comes: the benchmark's results
+        above it would otherwise hide the trials on a small terminal. Asked after the next refresh:
+        where the section is, and how far the view can scroll, are known once the rows just added
+        are laid out (Textual's own deferred scroll measures before)."""
+        section = self.query_one("#verify")
+        self.call_after_refresh(section.scroll_visible, top=True, animate=False)
+
+    def on_verify_failed(self, message: VerifyFailed) -> None:
+        self.running = False
+        trials = self.query_one("#verify-trials", DataTable)
+        trials.display = trials.row_count > 0  # the blocks that ended before it failed, if any
+        self.query_one("#verify-state", Static).update(
+            lit(f"verify failed: {message.error}", style="bold red")
+        )
+        self.app.notify(message.error, title="verify", severity="error", timeout=10, markup=False)
+
+    def on_verify_done(self, message: VerifyDone) -> None:
+        self.running = False
+        result = message.verdict.result
+        trials = self.query_one("#verify-trials", DataTable)
+        trials.clear()  # the result's blocks: those told as they ended, and a failed last one
+        for block in result.blocks:
+            trials.add_row(*verify_report.block_row(block))
+        self.query_one("#verify-state", Static).update(
+            verify_report.done_line(result, message.verdict.profile)
+        )
+        self.fill("#verify-verdict", verify_report.verdict_view(result))
+        self.follow_verify()  # with the verdict in: the section's final size
+        self.load_history()
+
+    @work(thread=True, exclusive=True, group="verify-history")
+    def load_history(self) -> None:
+        app: Any = self.app
+        try:
+            records = app.backend.history()
+        except Exception as e:  # a history line that is not a record (UsageError: file and line)
+            self.post_message(HistoryFailed(str(e) or type(e).__name__))
+            return
+        self.post_message(HistoryLoaded(records))
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        self.query_one("#verify-history-title", Static).update(verify_report.history_title(message.records))
+        table = self.query_one("#verify-history", DataTable)
+        table.clear()
+        for record in message.records:
+            table.add_row(*verify_report.history_row(record))
+        table.display = bool(message.records)
+        if message.records:
+            table.move_cursor(row=table.row_count - 1)  # newest last, and in view
+
+    def on_history_failed(self, message: HistoryFailed) -> None:
+        self.query_one("#verify-history-title", Static).update(
+            lit(f"verify history: {message.error}", style="bold red")
+        )
+        self.query_one("#verify-history", DataTable).display = False
