@@ -68,8 +68,11 @@ typecheck: view
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
+# Tests marked solo measure a speed-up on this machine (A/B trials of real TensorFlow): another
+# test on the other CPU would be what they measure, so they run after the others, one at a time.
 test: system-packages $(VENV)/.installed-test lint typecheck
-	$(BIN)/pytest -q $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -m "not solo" $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -m solo
 
 # The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite),
 # stopping at the first failure; no lint, no typecheck. `make test` still runs everything.
