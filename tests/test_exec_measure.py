@@ -171,7 +171,7 @@ def test_read_sums_the_ranks_rates_and_weights_their_waits_by_time(tmp_path: Pat
     assert figures.source == "tf-data-loop" and figures.input_wait_unknown is None
     assert len(figures.skipped) == 2
     assert str(tmp_path / "102.json") in figures.skipped[0]
-    assert str(tmp_path / "103.json") in figures.skipped[1] and "steps is 'many'" in figures.skipped[1]
+    assert str(tmp_path / "103.json") in figures.skipped[1] and "steps: Input should be a valid integer (got 'many')" in figures.skipped[1]
     assert figures.to_dict()["steps_per_s"] == pytest.approx(18.0)
 
 
@@ -193,7 +193,7 @@ def test_read_without_files_is_none_and_with_only_broken_ones_says_so(tmp_path: 
     (tmp_path / "7.json").write_text("[]")
     figures = measure.read(tmp_path)
     assert figures is not None and figures.steps_per_s is None and figures.processes == 0
-    assert figures.skipped == [f"{tmp_path / '7.json'}: not a JSON object"]
+    assert figures.skipped == [f"{tmp_path / '7.json'}: Input should be an object"]
     assert "could not be read" in measure.diagnosis(figures)
 
 

@@ -12,8 +12,6 @@ TensorFlow is never imported here.
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import resource
 import shutil
@@ -26,7 +24,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from nodeagent.bench import run
 from nodeagent.tuning import launcher
@@ -36,7 +36,8 @@ MEASURE_EVERY_ENV = "NODEAGENT_MEASURE_EVERY"
 INPUT_BOUND = run.INPUT_BOUND  # the TF profiler's input-bound line, with its reference
 GUIDE = run.GUIDE
 TF_DATA_TUNER = "tf-data"  # tuners/tf_data.py: parallel map, prefetch, private thread pool
-SOURCES = ("keras-fit", "tf-data-loop")
+Source = Literal["keras-fit", "tf-data-loop"]  # the hook's KERAS_FIT and TF_DATA_LOOP
+SOURCES = get_args(Source)
 # Signals a job's launcher (a shell, Slurm, a terminal) sends to stop or interrupt it.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -77,57 +78,39 @@ class JobFigures:
         return asdict(self)
 
 
-def _number(doc: Mapping[str, Any], key: str, nullable: bool = False) -> float | None:
-    value = doc.get(key)
-    if value is None and nullable:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{key} is {value!r}, not a number")
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{key} is {value!r}, not a number from 0")
-    return float(value)
+Count = Annotated[StrictInt, Field(ge=0)]
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-@dataclass(frozen=True)
-class _Process:
-    source: str
-    steps: int
-    warmup_steps: int
-    measured_steps: int
-    seconds: float
-    steps_per_s: float | None
-    input_wait_s: float | None
-    input_wait_unknown: str | None
+class _Process(BaseModel):
+    """One <pid>.json the measuring hook wrote (nodeagent/hooks/_nodeagent_measure.py)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    source: Source
+    steps: Count
+    warmup_steps: Count
+    measured_steps: Count
+    seconds: Seconds = 0.0
+    steps_per_s: Seconds | None = None
+    input_wait_s: Seconds | None = None
+    input_wait_unknown: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _wait_or_why(self) -> _Process:
+        if self.measured_steps and self.input_wait_s is None and self.input_wait_unknown is None:
+            raise ValueError("input_wait_s is missing and input_wait_unknown gives no reason")
+        return self
 
 
-def _process(doc: Any) -> _Process:
-    """One <pid>.json, checked field by field (ValueError names the field)."""
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    if doc.get("source") not in SOURCES:
-        raise ValueError(f"source is {doc.get('source')!r}, not one of {', '.join(SOURCES)}")
-    counts = {}
-    for key in ("steps", "warmup_steps", "measured_steps"):
-        value = doc.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{key} is {value!r}, not a count")
-        counts[key] = value
-    unknown = doc.get("input_wait_unknown")
-    if unknown is not None and not isinstance(unknown, str):
-        raise ValueError(f"input_wait_unknown is {unknown!r}, not a reason")
-    wait = _number(doc, "input_wait_s", nullable=True)
-    if wait is None and unknown is None and counts["measured_steps"]:
-        raise ValueError("input_wait_s is missing and input_wait_unknown gives no reason")
-    return _Process(
-        source=doc["source"],
-        steps=counts["steps"],
-        warmup_steps=counts["warmup_steps"],
-        measured_steps=counts["measured_steps"],
-        seconds=_number(doc, "seconds") or 0.0,
-        steps_per_s=_number(doc, "steps_per_s", nullable=True),
-        input_wait_s=wait,
-        input_wait_unknown=unknown,
-    )
+def _process(text: str) -> _Process:
+    """One file's figures; ValueError names the first field that is wrong."""
+    try:
+        return _Process.model_validate_json(text)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        got = f" (got {first['input']!r})" if where else ""
+        raise ValueError(f"{where + ': ' if where else ''}{first['msg']}{got}") from None
 
 
 def read(folder: Path) -> JobFigures | None:
@@ -150,7 +133,7 @@ def read(folder: Path) -> JobFigures | None:
     skipped: list[str] = []
     for path in paths:
         try:
-            processes.append(_process(json.loads(path.read_text(encoding="utf-8"))))
+            processes.append(_process(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
             skipped.append(f"{path}: {e}")
     if not processes and not skipped:

@@ -482,7 +482,10 @@ def _keras_train_function(model: Any, made: Callable[[Any], Any], kinds: _KerasK
     return train_function
 
 
-def _wrap_make_train_function(kinds: _KerasKinds) -> Callable[[Any], Any]:
+def _wrap_make(measured: Callable[[Any, Any], Any], what: str) -> Callable[[Any], Any]:
+    """A wrapper for a trainer's make_train_function: the train function it makes (Keras keeps it in
+    self.train_function) is replaced by `measured(model, made)`, once; `what` names it in a warning."""
+
     def wrapper(original: Callable[..., Any]) -> Any:
         import functools
 
@@ -492,11 +495,11 @@ def _wrap_make_train_function(kinds: _KerasKinds) -> Callable[[Any], Any]:
             try:
                 made = getattr(self, "train_function", None)
                 if made is not None and not getattr(made, _MARK, False):
-                    self.train_function = _keras_train_function(self, made, kinds)
+                    self.train_function = measured(self, made)
                     if result is made:
                         result = self.train_function
             except Exception as e:
-                _warn("could not measure Keras' train function", e)
+                _warn(f"could not measure {what}", e)
             return result
 
         return make_train_function
@@ -517,7 +520,11 @@ def on_keras_trainer(module: ModuleType, warn: Callable[..., None] | None = None
             kinds.plain = importlib.import_module("tensorflow.python.data.ops.iterator_ops").OwnedIterator
     except Exception as e:
         _warn("Keras' version is unknown: fit's steps are counted, its input wait is not measured", e)
-    _patch(module.TensorFlowTrainer, "make_train_function", _wrap_make_train_function(kinds))
+    _patch(
+        module.TensorFlowTrainer,
+        "make_train_function",
+        _wrap_make(lambda model, made: _keras_train_function(model, made, kinds), "Keras' train function"),
+    )
 
 
 # -- tf_keras (Keras 2) --------------------------------------------------------------------------
@@ -559,29 +566,10 @@ def _tf_keras_train_function(model: Any, made: Callable[[Any], Any]) -> Any:
     return train_function
 
 
-def _wrap_tf_keras_make(original: Callable[..., Any]) -> Any:
-    import functools
-
-    @functools.wraps(original)
-    def make_train_function(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
-        try:
-            made = getattr(self, "train_function", None)
-            if made is not None and not getattr(made, _MARK, False):
-                self.train_function = _tf_keras_train_function(self, made)
-                if result is made:
-                    result = self.train_function
-        except Exception as e:
-            _warn("could not count tf_keras' steps", e)
-        return result
-
-    return make_train_function
-
-
 def on_tf_keras_training(module: ModuleType, warn: Callable[..., None] | None = None) -> None:
     """Wrap tf_keras' Model.make_train_function (tf_keras/src/engine/training.py): steps only."""
     _setup(warn)
-    _patch(module.Model, "make_train_function", _wrap_tf_keras_make)
+    _patch(module.Model, "make_train_function", _wrap_make(_tf_keras_train_function, "tf_keras' steps"))
 
 
 # The modules whose import installs a wrapper, and what installs it (sitecustomize's finder).
