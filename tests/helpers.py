@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodeagent.core.finding import Finding
 from nodeagent.host import SnapshotHost
+
+if TYPE_CHECKING:
+    import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -140,3 +144,17 @@ def modules_loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
     assert proc.returncode == 0, proc.stderr
     loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
     return loaded
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`nodeagent ARGS` in this process, as its entry point runs it: exit code, stdout, stderr."""
+    from nodeagent.cli.main import main
+
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    out = capsys.readouterr()
+    return code, out.out, out.err

@@ -20,10 +20,10 @@ import pytest
 from nodeagent.api.tune import Change, Plan, Scope, runtime_write
 from nodeagent.bench import ab, run, stats
 from nodeagent.bench import verify as judged
-from nodeagent.cli.main import main
 from nodeagent.core.errors import UsageError
 from nodeagent.host import LocalHost
 from nodeagent.tuning import apply, history, journal, profile, toggle
+from tests.helpers import run_main
 
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 METRIC = r"rate: ([0-9.]+)"
@@ -160,6 +160,34 @@ def test_a_faster_b_is_called_faster(job: Path, tmp_path: Path) -> None:
     assert result.pairs < 20  # decided before the limit
 
 
+# A stand-in for a TensorFlow job: it writes what nodeagent's measuring hook writes at exit
+# (nodeagent/hooks/_nodeagent_measure.py), 10 steps/s, or 13 with HELPFUL=1.
+HOOKED_JOB = r"""
+import json, os
+rate = 13.0 if os.environ.get("HELPFUL") == "1" else 10.0
+folder = os.environ["NODEAGENT_MEASURE_DIR"]
+os.makedirs(folder, exist_ok=True)
+doc = {"source": "tf-data-loop", "steps": 105, "warmup_steps": 5, "measured_steps": 100,
+       "seconds": 100 / rate, "steps_per_s": rate, "input_wait_s": 0.3 * 100 / rate,
+       "input_wait_unknown": None}
+with open(os.path.join(folder, f"{os.getpid()}.json"), "w") as f:
+    json.dump(doc, f)
+"""
+
+
+def test_a_tensorflow_job_is_compared_by_its_steps_per_second(tmp_path: Path, job: Path) -> None:
+    hooked = tmp_path / "hooked.py"
+    hooked.write_text(HOOKED_JOB)
+    work = ab.CommandWorkload(plain(hooked, ab.A), plain(hooked, ab.B, HELPFUL="1"), "job", None)
+    result = ab.run_trials(work, judged.Job(("x",), pairs=12).limits(), lambda side: None)
+    assert result.metric == ab.STEPS
+    trials = [t for b in result.blocks for t in b.trials]
+    assert {(t.side, t.rate) for t in trials} == {("A", 10.0), ("B", 13.0)}
+    assert all(t.input_wait == pytest.approx(0.3) for t in trials)
+    assert result.verdict == stats.FASTER
+    assert result.estimate is not None and result.estimate.ratio == pytest.approx(1.3)
+
+
 def test_identical_sides_are_no_significant_difference(job: Path, tmp_path: Path) -> None:
     pattern = judged.Job(metric=METRIC).pattern()
     work = ab.CommandWorkload(plain(job, ab.A), plain(job, ab.B), "job", pattern)
@@ -181,7 +209,7 @@ def test_a_disturbed_block_is_left_out_and_run_again(
     )
     result = ab.run_trials(work, judged.Job(("x",), pairs=12).limits(), lambda side: None)
     assert [b.counted for b in result.blocks[:3]] == [False, False, True]
-    assert result.blocks[0].disturbed == "other processes used 50% of the CPU time during a trial"
+    assert result.blocks[0].disturbed == "other processes used 50% of the CPU time during the pair"
     assert result.disturbed == 2 and result.pairs == len(result.blocks) - 2
     assert "2 block(s) disturbed by other processes" in result.notes[0]
     assert result.verdict == stats.FASTER
@@ -196,20 +224,8 @@ def write_profile(tmp_path: Path, name: str, env: dict[str, str]) -> None:
     path.write_text(json.dumps({"env": env}))
 
 
-def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`nodeagent ARGS` in this process, as its entry point runs it: (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 def verify_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any]]:
-    code, out, err = nodeagent(capsys, "verify", *args)
+    code, out, err = run_main(capsys, "verify", *args)
     try:
         return code, json.loads(out)
     except ValueError:
@@ -271,7 +287,7 @@ def test_verify_usage_errors(
     job: Path, tmp_path: Path, args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     write_profile(tmp_path, "fast", {"HELPFUL": "1"})
-    code, out, err = nodeagent(capsys, "verify", *args)
+    code, out, err = run_main(capsys, "verify", *args)
     assert code == 64, out + err
     assert message in err
     assert len(err.strip().splitlines()) == 1, err
@@ -342,15 +358,15 @@ def test_history_shows_the_records_and_names_a_bad_line(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # one line per record: the words are not wrapped
     write_profile(tmp_path, "fast", {"HELPFUL": "1"})
-    assert nodeagent(capsys, "verify", "--profile", "fast", "--metric", METRIC, "--", *command(job))[0] == 0
-    code, out, _ = nodeagent(capsys, "history", "--format", "json")
+    assert run_main(capsys, "verify", "--profile", "fast", "--metric", METRIC, "--", *command(job))[0] == 0
+    code, out, _ = run_main(capsys, "history", "--format", "json")
     assert code == 0
     assert [r["verdict"] for r in json.loads(out)["records"]] == [stats.FASTER]
-    code, out, _ = nodeagent(capsys, "history")
+    code, out, _ = run_main(capsys, "history")
     assert "faster" in out and "measured" in out
     with history.path().open("a") as f:
         f.write('{"time": 3}\n')
-    code, out, err = nodeagent(capsys, "history")
+    code, out, err = run_main(capsys, "history")
     assert code == 64
     assert f"{history.path()}:2:" in err
     assert "Traceback" not in err

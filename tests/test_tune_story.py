@@ -23,6 +23,7 @@ from nodeagent.host import LocalHost
 from nodeagent.host.tree import LiveTree
 from nodeagent.tuning import journal, profile
 from nodeagent.tuning import story as tune_story
+from tests.helpers import run_main
 from tests.sysfs_node import THP, build_node, contents, shown_by_kernel
 
 # The parts of the story, in the order they may appear.
@@ -59,15 +60,8 @@ def node(tmp_path: Path) -> Path:
 
 def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     """`nodeagent ARGS` in this process: (exit code, stdout)."""
-    from nodeagent.cli.main import main
-
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    return code, capsys.readouterr().out
+    code, out, _ = run_main(capsys, *args)
+    return code, out
 
 
 def story_of(out: str) -> list[str]:

@@ -177,12 +177,7 @@ class ABResult:
             "stopped": self.stopped,
             "failed": self.failed,
             "wall_s": self.wall_s,
-            "design": {
-                "looks": list(self.design.looks),
-                "alpha": self.design.alpha,
-                "level": self.design.level,
-            }
-            | {"precision_pct": self.design.precision_pct},
+            "design": self.design.to_dict(),
             "blocks": [b.to_dict() for b in self.blocks],
             "notes": self.notes,
         }
@@ -200,7 +195,7 @@ def order_of(block: int) -> tuple[str, str]:
 class Limits:
     design: paired.Design
     budget_s: float | None = None  # stop at the first block past this much wall time
-    max_reruns: int | None = None  # disturbed blocks run again at most this often (None: looks[-1] // 4)
+    max_reruns: int | None = None  # disturbed blocks run again at most this often (None: limit // 4)
 
 
 def run_trials(
@@ -239,10 +234,9 @@ def run_trials(
             if estimate is not None and estimate.decided:
                 stopped = f"decided after {len(values)} pairs"
                 break
-            # The budget is checked from the first look on: before it no verdict can be reached.
-            if _spent(limits.budget_s, start) and len(values) >= design.looks[0]:
+            # The budget counts from the first look on: before it no verdict can be reached.
+            if estimate is not None and _spent(limits.budget_s, start):
                 stopped = _out_of_time(limits.budget_s, len(values), estimate)
-                estimate = estimate or paired.analyse(values, design)  # the first and only analysis
                 break
     finally:
         workload.close()
@@ -279,11 +273,11 @@ def _spent(budget_s: float | None, start: float) -> bool:
     return budget_s is not None and time.monotonic() - start >= budget_s
 
 
-def _out_of_time(budget_s: float | None, pairs: int, estimate: paired.Estimate | None) -> str:
+def _out_of_time(budget_s: float | None, pairs: int, estimate: paired.Estimate) -> str:
     """Why the trials stopped early. The verdict is the last planned look's: analysing again at an
     unplanned number of pairs would be one look more than the error rate was shared among."""
     head = f"the time budget ({budget_s or 0:.0f} s) was spent after {pairs} pairs"
-    if estimate is not None and estimate.n != pairs:
+    if estimate.n != pairs:
         return f"{head}; the verdict is the last planned look's, at {estimate.n} pairs"
     return head
 
@@ -372,9 +366,9 @@ class CommandWorkload:
         if ra is None or rb is None:
             return out
         out.value = math.log(rb / ra)
-        worst = max((t.interference or 0.0) for t in out.trials)
-        if worst > run.BUSY_SHARE:
-            out.disturbed = f"other processes used {worst:.0%} of the CPU time during a trial"
+        share = _block_share(out.trials)
+        if share is not None and share > run.BUSY_SHARE:
+            out.disturbed = f"other processes used {share:.0%} of the CPU time during the pair"
         return out
 
     def _rate(
@@ -442,6 +436,17 @@ class CommandWorkload:
         import shutil
 
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _block_share(trials: Sequence[Trial]) -> float | None:
+    """The share of the CPUs other processes took over the block's trials (their wall-weighted
+    mean). Over the whole block, not trial by trial: /proc/stat counts in ticks of 10 ms, about 5%
+    of two CPUs over a trial of 0.4 s, too coarse to judge one short trial alone."""
+    known = [t for t in trials if t.interference is not None and t.wall_s > 0]
+    wall = sum(t.wall_s for t in known)
+    if not known or wall <= 0:
+        return None
+    return sum((t.interference or 0.0) * t.wall_s for t in known) / wall
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:

@@ -305,6 +305,7 @@ def verify_profile(
 ) -> ProfileVerdict:
     """A/B trials of the job without (A) and with (B) the profile and its runtime values."""
     from nodeagent.tuning import history, profile
+    from nodeagent.tuning.state import StateDiskError
 
     job.validate()
     profile.load(profile_name)  # absent or unreadable: one line, before anything runs
@@ -313,9 +314,11 @@ def verify_profile(
     out = ProfileVerdict(
         profile_name, job, result, settings_diff(None, _profile_text(profile_name)), _runtime(journals)
     )
-    out.history_file = history.append(
-        record(job, node, profile_name, "profile", result, MEASURED, out.settings, out.runtime)
-    )
+    entry = record(job, node, profile_name, "profile", result, MEASURED, out.settings, out.runtime)
+    try:
+        out.history_file = history.append(entry)
+    except StateDiskError as e:  # the verdict stands; the missing record is said
+        result.notes.append(str(e))
     return out
 
 
