@@ -171,7 +171,10 @@ def test_read_sums_the_ranks_rates_and_weights_their_waits_by_time(tmp_path: Pat
     assert figures.source == "tf-data-loop" and figures.input_wait_unknown is None
     assert len(figures.skipped) == 2
     assert str(tmp_path / "102.json") in figures.skipped[0]
-    assert str(tmp_path / "103.json") in figures.skipped[1] and "steps: Input should be a valid integer (got 'many')" in figures.skipped[1]
+    assert (
+        str(tmp_path / "103.json") in figures.skipped[1]
+        and "steps: Input should be a valid integer (got 'many')" in figures.skipped[1]
+    )
     assert figures.to_dict()["steps_per_s"] == pytest.approx(18.0)
 
 
