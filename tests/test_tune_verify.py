@@ -215,6 +215,8 @@ def nodeagent(state: Path, *args: str, **env: str) -> subprocess.CompletedProces
 @needs_tf
 @pytest.mark.slow
 @pytest.mark.solo
+# Two changes judged in quick mode: each at most about 3 minutes of trials (QUICK_BUDGET_S).
+@pytest.mark.timeout(900)
 def test_real_tf_keeps_the_helpful_change_and_reverts_the_harmful(tmp_path: Path) -> None:
     """From a shell that forces one intra-op thread (TF_NUM_INTRAOP_THREADS=1, OMP_NUM_THREADS=1),
     tf-threads' two threads are faster (measured here at about 1.6x), and a tf.data pool of one
