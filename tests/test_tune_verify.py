@@ -4,8 +4,7 @@ faster, else reverted (profile and runtime values as they were).
 
 First on fake workers (tests/fake_bench.py's FAKE_WORKER: synthetic throughputs that depend on the
 thread variables a profile sets), so every branch is checked in seconds; then once for real, with
-TensorFlow: from a shell that forces one intra-op thread, tf-data's options are kept (about 9%
-faster here) and each change is decided by its own trials.
+TensorFlow: from a shell that forces one intra-op thread, each change is decided by its own trials.
 """
 
 from __future__ import annotations
@@ -217,13 +216,14 @@ def nodeagent(state: Path, *args: str, **env: str) -> subprocess.CompletedProces
 @pytest.mark.solo
 # Two changes judged in quick mode: each at most about 3 minutes of trials (QUICK_BUDGET_S).
 @pytest.mark.timeout(900)
-def test_real_tf_keeps_the_tf_data_defaults_and_judges_each_change_alone(tmp_path: Path) -> None:
+def test_real_tf_judges_each_change_alone_by_its_own_trials(tmp_path: Path) -> None:
     """From a shell that forces one intra-op thread (TF_NUM_INTRAOP_THREADS=1, OMP_NUM_THREADS=1),
-    tf-threads and tf-data (with a private pool of one thread) are planned and judged one at a time.
-    Measured here: tf-data's options make the built-in pipeline about 9% faster (B/A 1.09, every
-    pair above 1.03) and are kept; tf-threads' two threads make no difference on this small model
-    (B/A 1.00) and are reverted. Each decision follows its own trials' verdict, and the profile holds
-    exactly what was kept."""
+    tf-threads and tf-data (with a private pool of one thread) are planned and judged one at a time
+    on real TensorFlow workers. Measured here: tf-threads B/A 1.00 (reverted); tf-data B/A about
+    1.09, kept in one run and, with one pair at 0.92 among 7, undecided within the quick budget in
+    another. So what is asserted is what must hold whatever the machine: each change has trials of
+    its own, it is kept exactly when they call it faster, and the profile holds exactly what was
+    kept."""
     state = tmp_path / "state"
     proc = nodeagent(
         state,
@@ -233,15 +233,15 @@ def test_real_tf_keeps_the_tf_data_defaults_and_judges_each_change_alone(tmp_pat
         OMP_NUM_THREADS="1",
     )
     doc = json.loads(proc.stdout)
-    tf_data = change(doc, "tf-data")
-    assert tf_data["decision"] == bench_verify.KEPT, proc.stderr[-3000:]
-    assert tf_data["trials"]["estimate"]["verdict"] == stats.FASTER
-    assert tf_data["trials"]["estimate"]["ci"][0] > 1
-    for c in doc["verify"]["changes"]:  # each kept exactly when its own trials call it faster
+    changes = doc["verify"]["changes"]
+    assert sorted(c["tuner"] for c in changes) == ["tf-data", "tf-threads"], proc.stderr[-3000:]
+    for c in changes:
+        assert c["trials"]["pairs"] >= c["trials"]["design"]["looks"][0]
         faster = c["trials"]["estimate"]["verdict"] == stats.FASTER
         assert c["decision"] == (bench_verify.KEPT if faster else bench_verify.REVERTED)
-    assert proc.returncode == 0
-    saved = json.loads((state / "profiles" / "default.json").read_text())
-    assert saved["tf_data"]["threading.private_threadpool_size"] == 1
-    kept_threads = change(doc, "tf-threads")["decision"] == bench_verify.KEPT
-    assert ("TF_NUM_INTRAOP_THREADS" in saved.get("env", {})) == kept_threads
+    kept = {c["tuner"] for c in changes if c["decision"] == bench_verify.KEPT}
+    assert proc.returncode == (0 if kept else 1)
+    path = state / "profiles" / "default.json"
+    saved = json.loads(path.read_text()) if path.exists() else {}
+    assert ("tf_data" in saved) == ("tf-data" in kept)
+    assert ("TF_NUM_INTRAOP_THREADS" in saved.get("env", {})) == ("tf-threads" in kept)
