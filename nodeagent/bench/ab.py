@@ -303,13 +303,8 @@ def _notes(blocks: Sequence[Block], reruns_left: int) -> list[str]:
 
 
 def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - 16384))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return "\n".join(lines[-TAIL_LINES:])
+    """The last TAIL_LINES lines of a job's output file (its last 16 KiB read)."""
+    return "\n".join(_read_capped(path, 16384).splitlines()[-TAIL_LINES:])
 
 
 def metric_value(pattern: re.Pattern[str], texts: Sequence[str]) -> float | None:
@@ -329,10 +324,11 @@ def metric_value(pattern: re.Pattern[str], texts: Sequence[str]) -> float | None
     return value if math.isfinite(value) and value > 0 else None
 
 
-def _read_capped(path: Path) -> str:
+def _read_capped(path: Path, cap: int = OUTPUT_CAP) -> str:
+    """The last `cap` bytes of a file as text ("" when it cannot be read)."""
     try:
         with path.open("rb") as f:
-            f.seek(max(0, path.stat().st_size - OUTPUT_CAP))
+            f.seek(max(0, path.stat().st_size - cap))
             return f.read().decode(errors="replace")
     except OSError:
         return ""
