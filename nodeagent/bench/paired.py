@@ -37,13 +37,25 @@ Method (and why):
 
 The sequential design (and why it keeps the error rate):
 - The data are analysed only at planned **looks** (numbers of blocks, increasing; the last one is
-  the block limit). The false-positive rate alpha (0.05) is split evenly over the K looks
-  (Bonferroni): each look's interval has level 1 - alpha/K. The probability that any look declares
-  a false "faster" or "slower" is then at most alpha, whatever the dependence between the looks (the
-  union bound). It is conservative: the looks share their early blocks, so the true rate is lower;
-  group-sequential boundaries (Pocock, O'Brien-Fleming: Jennison & Turnbull, "Group Sequential
-  Methods with Applications to Clinical Trials", 2000) spend alpha more efficiently but rest on a
-  normal model of the statistic that heavy-tailed blocks at small n do not satisfy.
+  the block limit). Each look k has its own share alpha_k of the false-positive rate alpha (0.05),
+  the shares summing to alpha, and its interval has level 1 - alpha_k. The probability that any
+  look declares a false "faster" or "slower" is then at most alpha, whatever the dependence between
+  the looks (the union bound, Bonferroni). It is conservative: the looks share their early blocks,
+  so the true rate is lower. Group-sequential boundaries (Pocock, O'Brien-Fleming: Jennison &
+  Turnbull, "Group Sequential Methods with Applications to Clinical Trials", 2000) spend alpha more
+  efficiently but rest on a normal model of the statistic that heavy-tailed blocks at small n do
+  not satisfy.
+- How alpha is shared:
+  - **Haybittle-Peto** (when the trials run to a pair limit): every interim look gets
+    INTERIM_ALPHA (0.001) and the last look the rest (0.05 - 0.001 per interim look, about 0.04).
+    A large effect still stops the trials early, and a small one is judged at the limit at nearly
+    the full 95%: with the even split of 9 looks the last look's level would be 99.44%, which needs
+    about 1.8 times the pairs to show the same 5% change (the squared ratio of the normal quantiles,
+    2.77 / 2.05). Haybittle, "Repeated assessment of results in clinical trials of cancer
+    treatment", Br J Radiol 44, 1971, https://doi.org/10.1259/0007-1285-44-526-793; Peto et al.,
+    Br J Cancer 34, 1976, https://doi.org/10.1038/bjc.1976.220.
+  - **Evenly** (when a time budget may end the trials at any look): each of the K looks gets
+    alpha/K, so whichever look is the last one reached keeps the same power.
 - A look **decides** when its interval excludes 1 (B is faster or slower), or when the interval's
   half-width is at most the precision asked for (no difference larger than that can be shown with
   more trials at reasonable cost, and stopping to say "not different" never adds a false
@@ -72,6 +84,7 @@ from nodeagent.bench.stats import FASTER, SAME, SLOWER
 ALPHA = 0.05  # the probability of any false "faster" or "slower" over a whole run
 READING_LEVEL = 0.95  # the unadjusted interval reported for reading the magnitude
 EXACT_UP_TO = 60  # blocks: the exact null distribution of V up to here (2**60 patterns), normal above
+INTERIM_ALPHA = 0.001  # each interim look's share of alpha under Haybittle-Peto (see the docstring)
 LOOK_GROWTH = Fraction(3, 2)  # each planned look has 1.5 times the blocks of the one before
 LAST_GAP = Fraction(6, 5)  # a look closer than this factor to the limit is dropped (see _looks)
 METHOD = "Wilcoxon signed-rank"
@@ -254,12 +267,14 @@ def _rate(v: float, side: str) -> float:
 @dataclass(frozen=True)
 class Design:
     """When to analyse (numbers of blocks, increasing; the last is the limit), the total false-positive
-    rate, and the precision at which "not different" is decided (percent, or None: only at the
-    limit)."""
+    rate, the precision at which "not different" is decided (percent, or None: only at the limit),
+    and how the rate is shared by the looks: `interim_alpha` for each interim look and the rest for
+    the last (Haybittle-Peto), or None: evenly."""
 
     looks: tuple[int, ...]
     alpha: float = ALPHA
     precision_pct: float | None = None
+    interim_alpha: float | None = None
 
     def __post_init__(self) -> None:
         if not self.looks or any(not isinstance(n, int) or n < 1 for n in self.looks):
@@ -272,11 +287,26 @@ class Design:
             math.isfinite(self.precision_pct) and self.precision_pct > 0
         ):
             raise ValueError(f"the precision is a positive percentage, not {self.precision_pct!r}")
+        if self.interim_alpha is not None and not (
+            self.interim_alpha > 0 and self.interim_alpha * (len(self.looks) - 1) < self.alpha / 2
+        ):
+            raise ValueError(
+                f"{len(self.looks) - 1} interim looks at {self.interim_alpha!r} each would spend half "
+                f"of alpha {self.alpha!r} or more before the last look"
+            )
 
     @property
-    def level(self) -> float:
-        """Each look's confidence level: alpha shared evenly by the looks (Bonferroni)."""
-        return 1 - self.alpha / len(self.looks)
+    def alphas(self) -> tuple[float, ...]:
+        """Each look's share of alpha; they sum to alpha."""
+        k = len(self.looks)
+        if self.interim_alpha is None:
+            return (self.alpha / k,) * k
+        return (self.interim_alpha,) * (k - 1) + (self.alpha - self.interim_alpha * (k - 1),)
+
+    def level_at(self, n: int) -> float:
+        """The confidence level of the look at n blocks; between looks, the next look's."""
+        index = next((i for i, look in enumerate(self.looks) if look >= n), len(self.looks) - 1)
+        return 1 - self.alphas[index]
 
     @property
     def limit(self) -> int:
@@ -290,7 +320,8 @@ class Design:
         return {
             "looks": list(self.looks),
             "alpha": self.alpha,
-            "level": self.level,
+            "levels": [1 - a for a in self.alphas],
+            "sharing": "evenly" if self.interim_alpha is None else "Haybittle-Peto",
             "precision_pct": self.precision_pct,
         }
 
@@ -312,10 +343,12 @@ def design(
     min_blocks: int | None = None,
     precision_pct: float | None = None,
     alpha: float = ALPHA,
+    interim_alpha: float | None = None,
 ) -> Design:
-    """Looks growing by 1.5 from the fewest blocks whose exact signed-rank interval can exclude 1 at
-    the per-look level (or `min_blocks`, if later), up to `max_blocks`. ValueError, in words for the
-    user of `--pairs`, when `max_blocks` could never show a difference."""
+    """Looks growing by 1.5 up to `max_blocks`, from the fewest blocks whose exact signed-rank
+    interval can exclude 1 at the first look's level (or `min_blocks`, if later). alpha is shared
+    evenly, or Haybittle-Peto with `interim_alpha`. ValueError, in words for the user of `--pairs`,
+    when `max_blocks` could never show a difference."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha is between 0 and 1, not {alpha!r}")
     needed = _fewest_blocks(1 - alpha)
@@ -327,6 +360,11 @@ def design(
     first = 1 if min_blocks is None else min_blocks
     if first > max_blocks:
         raise ValueError(f"the first look ({first} pairs) would come after the limit ({max_blocks} pairs)")
+    if interim_alpha is not None:
+        looks = _looks(max(first, _fewest_blocks(1 - interim_alpha)), max_blocks)
+        # The last look keeps at least alpha / 2 (Design checks it), which 7 blocks can reach, and
+        # interim looks start at 11 (2 / 2**11 <= 0.001): the last look can always exclude 1.
+        return Design(looks, alpha, precision_pct, interim_alpha)
     # The per-look level depends on the number of looks, and the first look on the level: try K
     # looks' worth of alpha until the looks that level allows are no more than K (more looks only
     # lower the level, so the first one is then still able to exclude 1).
@@ -396,7 +434,7 @@ def analyse(
     n = len(d)
     if n > design.limit:
         raise ValueError(f"{n} {unit} is more than the design's limit of {design.limit}")
-    loc = estimate(d, design.level)
+    loc = estimate(d, design.level_at(n))
     verdict = _verdict(loc.ci)
     width = half_width_pct(loc.ci)
     precise = design.precision_pct is not None and width <= design.precision_pct

@@ -99,9 +99,13 @@ class Job:
 
     def design(self) -> paired.Design:
         limit = self.pairs if self.pairs is not None else BLOCKS[(self.builtin, self.quick)]
-        precision = QUICK_PRECISION_PCT if self.quick and self.builtin else PRECISION_PCT
+        budgeted = self.quick and self.builtin
+        precision = QUICK_PRECISION_PCT if budgeted else PRECISION_PCT
+        # A time budget may end the trials at any look, so each keeps an even share of alpha;
+        # trials that run to their pair limit judge a small change there at nearly the full level.
+        interim = None if budgeted else paired.INTERIM_ALPHA
         try:
-            return paired.design(limit, precision_pct=precision)
+            return paired.design(limit, precision_pct=precision, interim_alpha=interim)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
