@@ -6,8 +6,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the tests drive for real: numactl for `nodeagent exec`, tmux for the TUI, procps;
 # iproute2, iputils-ping, openssh-server/-client and iperf3 for the test cluster (network namespaces
-# running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations.
-SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck
+# running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations; Slurm
+# (slurmctld, slurmd, munge) and Prometheus with node_exporter, which tests start with their own
+# configuration, ports and state folders and stop again.
+SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck \
+	slurm-wlm slurm-client munge prometheus prometheus-node-exporter
 
 .PHONY: run test test-fast dist-check lint typecheck view perf fixtures system-packages clean
 
@@ -31,12 +34,18 @@ run: $(VENV)/.installed
 	@$(BIN)/nodeagent check; rc=$$?; \
 	  if [ $$rc -le 3 ]; then echo "nodeagent check exited $$rc (the worst status above)"; else exit $$rc; fi
 
+# The packages' scripts must not start their services as system daemons (Prometheus on :9090, a
+# system slurmd): during the install a policy-rc.d answers 101, "action forbidden", unless the
+# machine has one already (https://people.debian.org/~hmh/invokerc.d-policyrc.d-specification.txt).
 system-packages:
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	  if [ -n "$$missing" ]; then \
 	    echo "installing Debian packages: $$missing"; \
+	    policy=/usr/sbin/policy-rc.d; made=; \
+	    if [ ! -e $$policy ]; then printf '#!/bin/sh\nexit 101\n' > $$policy && chmod 755 $$policy && made=1; fi; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    rc=$$?; [ -z "$$made" ] || rm -f $$policy; [ $$rc = 0 ] || exit $$rc; \
 	  fi; \
 	else echo "not root: skipping Debian packages ($(SYSTEM_PACKAGES)); tests that need them skip"; fi
 
