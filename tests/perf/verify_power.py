@@ -13,7 +13,7 @@ power, and the width of its interval on the built-in workload. Prints figures; a
 Each run is a fresh `nodeagent verify` in its own state folder. Nothing else should run meanwhile:
 a trial disturbed by other processes is run again, and the figures describe a busy machine.
 
-Usage: python tests/perf/verify_power.py [--aa 20] [--aa-pairs 60] [--slower 10] [--pairs 160] [--builtin 3]
+Usage: python tests/perf/verify_power.py [--aa 20] [--aa-pairs 60] [--slower 10] [--pairs 200] [--builtin 3]
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--aa", type=int, default=20, help="A/A runs")
     parser.add_argument("--slower", type=int, default=10, help="5%%-slower runs")
     parser.add_argument("--builtin", type=int, default=3, help="built-in --quick runs")
-    parser.add_argument("--pairs", type=int, default=160, help="the pair limit of the 5%%-slower runs")
+    parser.add_argument("--pairs", type=int, default=200, help="the pair limit of the 5%%-slower runs")
     parser.add_argument(
         "--aa-pairs",
         type=int,
