@@ -212,6 +212,7 @@ def test_the_files_are_listed_and_found() -> None:
         "slurm-healthcheck.sh",
         "k8s-initcontainer.yaml",
         "k8s-daemonset.yaml",
+        "prometheus-alerts.yaml",
         "launch-torchrun.sh",
         "launch-mpirun.sh",
         "launch-horovodrun.sh",

@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import click
 
 from nodeagent import __version__
+from nodeagent.cli.fleet import fleet as fleet_command
 from nodeagent.cli.options import (
     Fleet,
     baseline_option,
@@ -745,6 +746,7 @@ def _thread_error(args: Any) -> None:
 
 register_gate_commands(cli)
 register_verify_commands(cli)
+cli.add_command(fleet_command)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -9,6 +9,8 @@
 - `k8s-initcontainer.yaml`: a Kubernetes Job whose init container gates the training container.
 - `k8s-daemonset.yaml`: a DaemonSet writing `nodeagent check` metrics for node-exporter's textfile
   collector every few minutes.
+- `prometheus-alerts.yaml`: Prometheus alerting rules on those metrics: a check FAILing (critical),
+  UNKNOWN or WARN (lower severities), a node whose last run is stale, a node whose metrics are gone.
 - `launch-torchrun.sh`, `launch-mpirun.sh`, `launch-horovodrun.sh`: each launcher starting every
   rank through `nodeagent exec` (the tuned profile's binding and environment), after a preflight
   on every node.

@@ -38,10 +38,11 @@ from typing import Any
 
 from nodeagent import __version__
 from nodeagent.api.report import Bench, Document
-from nodeagent.core.finding import Status
+from nodeagent.cluster.prometheus import STATUS_VALUE  # one mapping for writing and reading back
 from nodeagent.render.runs import HostRun, document, finite, host_runs
 
-STATUS_VALUE = {Status.SKIPPED: -1, Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3}
+__all__ = ["STATUS_HELP", "STATUS_VALUE", "prometheus"]
+
 STATUS_HELP = "-1 skipped, 0 ok, 1 warn, 2 fail, 3 unknown"
 
 
