@@ -287,14 +287,17 @@ def test_a_host_whose_sshd_stops_mid_run_leaves_the_others_complete(
     assert proc.returncode == 2
 
 
-def test_remote_agent_and_tune_on_the_fleet(cluster: SSHCluster, tmp_path: Path) -> None:
+def test_remote_agent_and_tune_on_the_fleet(ssh_cluster_factory: Any, tmp_path: Path) -> None:
+    # No NODEAGENT_ROOT trees (each host's nodeagent would read its tree, as --root): every agent
+    # reads this machine.
+    cluster: SSHCluster = ssh_cluster_factory(4)
     inv = cluster.write_inventory(tmp_path / "hosts.yml", nodeagent=NODEAGENT)
     proc = nodeagent("check", "--cluster", str(inv), "--remote-agent", "--format", "json")
     doc = fleet_json(proc)
     for name, host in doc["hosts"].items():
         assert "error" not in host, host
         assert host["findings"] and {f["host"] for f in host["findings"]} == {name}
-    # The agent on each host reads the live machine (NODEAGENT_ROOT is the pull's): no drift.
+    # The agent on each host reads the same live machine: no drift.
     assert doc["drift"] == [] and doc["outliers"] == []
     proc = nodeagent("tune", "--cluster", str(inv), "--only", "thp", "--format", "json")
     doc = fleet_json(proc)

@@ -287,10 +287,9 @@ def test_the_init_container_gates_the_training_container() -> None:
     (init,) = pod["initContainers"]
     command = command_of(init)
     assert "nodeagent preflight" in command and "--playbook gpu-training" in command
-    assert '--root "/tmp/$NODE_NAME"' in command and 'ln -sfn /host "/tmp/$NODE_NAME"' in command
+    assert "--root /host --hostname $(NODE_NAME)" in command  # more in tests/test_k8s_manifests.py
     env = {e["name"]: e for e in init["env"]}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert mounts(init)["/tmp"]["name"] in {v["name"] for v in pod["volumes"] if "emptyDir" in v}
     check_node_view(init, pod)
     (trainer,) = pod["containers"]
     assert trainer["resources"]["limits"]["nvidia.com/gpu"] == 8

@@ -28,6 +28,7 @@ class CheckRequest:
     playbook: Playbook | None = None
     baseline: Baseline | None = None
     budget_s: float | None = None  # the whole run's limit (preflight); None: each check's own
+    hostname: str | None = None  # names the node in the report (a pod's node); None: its own name
 
     def checks(self) -> list[Check[Any, Any]]:
         from nodeagent.gate import judge
@@ -110,16 +111,17 @@ def run(request: CheckRequest, with_facts: bool = False) -> CheckRun:
     """`run_on` the request's node."""
     from nodeagent.host import open_host
 
-    with open_host(request.root) as host:
+    with open_host(request.root, name=request.hostname) as host:
         return run_on(request, host, with_facts)
 
 
-def facts(root: str | None, timeout_s: float | None = None) -> FactsResult:
-    """The node's facts document, collected within `timeout_s` (the engine's limit by default)."""
+def facts(root: str | None, timeout_s: float | None = None, hostname: str | None = None) -> FactsResult:
+    """The node's facts document, collected within `timeout_s` (the engine's limit by default),
+    naming the node `hostname` when given."""
     from nodeagent import engine
     from nodeagent.host import open_host
 
-    with open_host(root) as host:
+    with open_host(root, name=hostname) as host:
         return engine.collect_facts(host, timeout_s=timeout_s or engine.FACTS_TIMEOUT_S)
 
 

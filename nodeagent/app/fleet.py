@@ -1,5 +1,7 @@
 """Running a flow on every host of a fleet: the checks (agentless, or by the nodes' own nodeagent),
-the inter-node bandwidth, or any nodeagent command on each node, gathered into one FleetReport."""
+the inter-node bandwidth, or any nodeagent command on each node, gathered into one FleetReport.
+The hosts come from an inventory over SSH, or from Slurm (`--slurm`: its nodes run nodeagent as a
+job step, nodeagent.cluster.slurm)."""
 
 from __future__ import annotations
 
@@ -18,29 +20,48 @@ if TYPE_CHECKING:  # paramiko loads only when a fleet really runs: `nodeagent ch
     from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome, Job
+    from nodeagent.cluster.slurm import Shape, Target
     from nodeagent.compare.values import Value
     from nodeagent.core.finding import Status
 
 OnDone = Callable[["HostOutcome"], None]
 
 
+# The Slurm job's time limit (minutes) per command, capped at the partition's MaxTime: a check
+# takes seconds (each check is cut at --timeout); tune --verify and bench run trials for minutes.
+SLURM_MINUTES = {"check": 10, "tune": 60, "bench": 60}
+
+
 @dataclass(frozen=True)
 class FleetRequest:
-    """Which hosts (an inventory file, or a Slurm hostlist) and how they are reached."""
+    """Which hosts (an inventory file, a hostlist reached over SSH, or Slurm's nodes: a partition
+    or a nodelist) and how they are reached."""
 
     cluster: str | None = None
     hostlist: str | None = None
     limit: str | None = None
     parallel: int | None = None  # None: nodeagent.cluster.DEFAULT_PARALLEL
     accept_new_host_keys: bool = False
+    slurm: str | None = None  # a partition or a nodelist: the nodes run nodeagent as a Slurm job step
+    agent: str | None = None  # with `slurm`: nodeagent on the nodes (None: `nodeagent` on their PATH)
 
     def inventory(self) -> Inventory | None:
-        """The inventory of `cluster` or `hostlist` (None when neither was given)."""
+        """The inventory of `cluster` or `hostlist` (None when neither was given: no fleet, or
+        Slurm's nodes)."""
         from nodeagent.cluster.inventory import load
         from nodeagent.core.errors import UsageError
 
-        if self.cluster and self.hostlist:
-            raise UsageError("give --cluster FILE or --hosts EXPR, not both")
+        if sum(1 for given in (self.cluster, self.hostlist, self.slurm) if given) > 1:
+            raise UsageError("give one of --cluster FILE, --hosts EXPR and --slurm PARTITION|NODELIST")
+        if self.agent is not None and not self.slurm:
+            raise UsageError(
+                "--agent names nodeagent on Slurm's nodes: use it with --slurm (over SSH, `nodeagent:` "
+                "in the inventory names it)"
+            )
+        if self.slurm and self.limit:
+            raise UsageError(
+                "--limit selects from an inventory file; with --slurm, name the nodes in its value"
+            )
         if self.cluster:
             return load.load_inventory(Path(self.cluster), limit=self.limit)
         if self.hostlist:
@@ -140,6 +161,77 @@ def on_agents(
     return run(inv, job, fleet, on_done, compare=False)
 
 
+def slurm_target(fleet: FleetRequest) -> Target:
+    """The partition or nodelist of `fleet.slurm`, with its nodes' states as Slurm has them."""
+    from nodeagent.cluster import slurm
+
+    assert fleet.slurm is not None
+    return slurm.resolve(fleet.slurm)
+
+
+def slurm_check(
+    target: Target, request: CheckRequest, fleet: FleetRequest, on_done: OnDone | None = None
+) -> FleetRun:
+    """The request's checks run by nodeagent on each node of `target`, as one Slurm job step, and
+    compared like any fleet. `request.root`, when given, is what each node reads (a path there)."""
+    from nodeagent.cluster.slurm import check_outcome
+    from nodeagent.core.errors import UsageError
+
+    if request.playbook is not None or request.baseline is not None:
+        raise UsageError(
+            "--playbook and --baseline judge recordings pulled over SSH; with --slurm the nodes run "
+            "their own checks: leave them out, or use --cluster/--hosts"
+        )
+    ids = ",".join(c.id for c in request.checks())
+    argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{request.timeout_s:g}"]
+    argv += ["--root", request.root] if request.root else []
+    return FleetRun(_on_slurm(target, argv, check_outcome, fleet, on_done, compare=True))
+
+
+def on_slurm(
+    target: Target,
+    argv: Sequence[str],
+    fleet: FleetRequest,
+    statuses: Mapping[int, str] | None = None,
+    on_done: OnDone | None = None,
+) -> FleetReport:
+    """`nodeagent ARGV --format json` on each node of `target` as one Slurm job step (tune, bench);
+    their documents side by side, each node's status from its exit code via `statuses`."""
+    from nodeagent.cluster.slurm import agent_outcome
+
+    return _on_slurm(
+        target, (*argv, "--format", "json"), agent_outcome(statuses), fleet, on_done, compare=False
+    )
+
+
+def _on_slurm(
+    target: Target,
+    argv: Sequence[str],
+    shape: Shape,
+    fleet: FleetRequest,
+    on_done: OnDone | None,
+    compare: bool,
+) -> FleetReport:
+    from nodeagent.cluster import slurm
+    from nodeagent.cluster.report import FleetReport
+
+    options = slurm.Options(
+        agent=fleet.agent or "nodeagent", minutes=SLURM_MINUTES[argv[0]], parallel=fleet.workers
+    )
+    start = time.monotonic()
+    ran = slurm.run(target, argv, shape, options, on_done)
+    # Nodes Slurm did not run (drained, busy ...) have no values: left out of the comparison, which
+    # would call them short of the fleet's hardware. A node short of the majority's hardware is WARN,
+    # as in any fleet without a playbook.
+    compared = {
+        name: o for name, o in ran.outcomes.items() if (o.doc or {}).get("slurm", {}).get("ran", True)
+    }
+    report = FleetReport.build(compared, time.monotonic() - start, compare=compare)
+    report.outcomes = {name: report.outcomes.get(name, o) for name, o in ran.outcomes.items()}
+    report.extra = {"slurm": ran.source}
+    return report
+
+
 def baseline_values(
     inv: Inventory, fleet: FleetRequest, on_done: OnDone | None = None
 ) -> dict[str, dict[str, Value]]:
@@ -160,4 +252,16 @@ def baseline_values(
     }
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "FleetRequest", "FleetRun", "baseline_values", "check", "on_agents", "run"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "SLURM_MINUTES",
+    "FleetRequest",
+    "FleetRun",
+    "baseline_values",
+    "check",
+    "on_agents",
+    "on_slurm",
+    "run",
+    "slurm_check",
+    "slurm_target",
+]

@@ -12,11 +12,13 @@ import click
 from nodeagent import __version__
 from nodeagent.cli.fleet import fleet as fleet_command
 from nodeagent.cli.options import (
+    ROOT_ENV,
     Fleet,
     baseline_option,
     cluster_options,
     emit_fleet,
     format_option,
+    hostname_option,
     ids,
     load_baseline,
     load_playbook,
@@ -49,6 +51,7 @@ def cli() -> None:
 
 @cli.command()
 @root_option
+@hostname_option
 @click.option("--only", metavar="ID,...", help="Run only these checks (see `nodeagent checks`).")
 @click.option("--skip", metavar="ID,...", help="Leave these checks out.")
 @format_option
@@ -80,6 +83,7 @@ def cli() -> None:
 @verbose_option
 def check(
     root: str | None,
+    hostname: str | None,
     only: str | None,
     skip: str | None,
     fmt: str,
@@ -111,10 +115,13 @@ def check(
         timeout,
         playbook=load_playbook(playbook_name),
         baseline=load_baseline(baseline_path),
+        hostname=hostname,
     )
-    inv = fleet.inventory(root)
+    inv = fleet.inventory(root, hostname)
     if inv is not None:
         _check_fleet(inv, request, fleet, remote_agent, bandwidth, bandwidth_mode, min_gbits, fmt, outputs)
+    if fleet.slurm:
+        _check_slurm(request, fleet, bandwidth, fmt, outputs)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
     ran = checking.run(request, with_facts)
@@ -167,19 +174,37 @@ def _check_fleet(
     sys.exit(ran.report.exit_code)
 
 
+def _check_slurm(request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs: tuple[str, ...]) -> NoReturn:
+    """check --slurm: nodeagent on each node runs the checks there (--remote-agent is implied), as
+    one Slurm job step; `request.root`, when given, is read on each node."""
+    from nodeagent.app import fleet as fleets
+    from nodeagent.render import jsonout
+    from nodeagent.render.fleet import progress, slurm_source
+
+    if bandwidth:
+        raise UsageError("--bandwidth measures between hosts over SSH: use it with --cluster or --hosts")
+    target = fleets.slurm_target(fleet.request())
+    with progress(len(target.nodes), "check") as on_done:
+        ran = fleets.slurm_check(target, request, fleet.request(), on_done)
+    if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
+        emit_fleet(ran.report, fmt, [slurm_source(ran.report)])
+    sys.exit(ran.report.exit_code)
+
+
 @cli.command()
 @root_option
+@hostname_option
 @format_option
 @click.option(
     "--timeout", type=float, default=60.0, show_default=True, help="Seconds collecting the facts may take."
 )
-def facts(root: str | None, fmt: str, timeout: float) -> None:
+def facts(root: str | None, hostname: str | None, fmt: str, timeout: float) -> None:
     """Print what this node is: CPUs, NUMA, PCIe, GPUs, NICs, RDMA, huge pages, kernel, BIOS.
 
     Exit 0; 3 when the facts could not be collected within --timeout (one line on stderr)."""
     from nodeagent.app.check import facts as collect_facts
 
-    result = collect_facts(root, timeout)
+    result = collect_facts(root, timeout, hostname)
     if result.doc is None:
         click.echo(f"facts: {result.reason}", err=True)
         sys.exit(3)
@@ -239,19 +264,33 @@ def list_checks(show_params: bool) -> None:
     help="Replace host names, MAC/IP addresses, UUIDs and serial numbers with placeholders "
     "(for a public bug report).",
 )
-def snapshot(output: Path, only: str | None, redact: bool) -> None:
+@click.option(
+    "--root",
+    metavar="PATH",
+    envvar=ROOT_ENV,
+    show_envvar=True,
+    help="Record the machine whose /proc and /sys are mounted there (a pod's /host) instead of this one.",
+)
+@hostname_option
+def snapshot(output: Path, only: str | None, redact: bool, root: str | None, hostname: str | None) -> None:
     """Record what the checks read on this machine into a .tar.gz that --root reads back."""
     from nodeagent import checks
     from nodeagent.api.check import declared_commands, declared_paths
     from nodeagent.facts import node
-    from nodeagent.host import LocalHost
+    from nodeagent.host import LocalHost, open_host
     from nodeagent.host.recorder import snapshot as take
 
+    host = open_host(root)
+    if not isinstance(host, LocalHost):
+        raise UsageError(
+            f"{root}: a recording already (no procfs and sysfs mounted there); `snapshot` records a "
+            "live machine: this one, or one whose /proc and /sys are mounted at --root"
+        )
     selected = checks.select(ids(only))
     patterns = sorted({*declared_paths(selected), *node.PATHS})
     commands = sorted({*declared_commands(selected), *node.COMMANDS})
     try:
-        rec = take(LocalHost(), patterns, commands, output, redact=redact)
+        rec = take(host, patterns, commands, output, redact=redact, hostname=hostname)
     except OSError as e:
         raise UsageError(f"{output}: cannot write the snapshot ({e.strerror or e})") from None
     size = output.stat().st_size
@@ -366,7 +405,8 @@ def tune(
     """Plan the changes that fix what the checks find (a dry run unless --apply).
 
     With --playbook, its tuners with its parameters (--only, --skip and --set still apply on top).
-    With --cluster or --hosts, nodeagent installed on each host plans (and applies) there.
+    With --cluster or --hosts, nodeagent installed on each host plans (and applies) there; with
+    --slurm, on each node as a Slurm job step (--root, when given, is read there).
     With --verify each change is applied alone and kept only when A/B trials of CMD show it
     faster: nodeagent tune [...] --apply --verify [--quick] [--pairs N] [--metric REGEX] [-- CMD ...]
 
@@ -379,7 +419,7 @@ def tune(
     from nodeagent.app import tune as tuning
 
     inv = fleet.inventory(root)
-    if inv is not None:
+    if inv is not None or fleet.slurm:
         argv = ["tune", "--profile", profile_name]
         argv += [f"--only={only}"] if only else []
         argv += [f"--skip={skip}"] if skip else []
@@ -392,8 +432,11 @@ def tune(
         argv += [f"--pairs={pairs}"] if pairs else []
         argv += [f"--metric={metric}"] if metric else []
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
+        argv += [f"--root={root}"] if root else []  # with --slurm: what each node reads
         argv += ["--", *command] if command else []
-        _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
+        if inv is not None:
+            _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
+        _agent_on_slurm(argv, fleet, fmt, section=_fleet_tune_section)
 
     request = tuning.TuneRequest(
         root,
@@ -497,6 +540,26 @@ def _agent_on_fleet(
     sys.exit(report.exit_code)
 
 
+def _agent_on_slurm(
+    argv: list[str],
+    fleet: Fleet,
+    fmt: str,
+    statuses: dict[int, str] | None = None,
+    section: Any = None,
+) -> NoReturn:
+    """`nodeagent ARGV --format json` on each node of --slurm as one Slurm job step; their documents
+    gathered like _agent_on_fleet's, with a line saying what Slurm ran."""
+    from nodeagent.app import fleet as fleets
+    from nodeagent.render.fleet import progress, slurm_source
+
+    target = fleets.slurm_target(fleet.request())
+    with progress(len(target.nodes), argv[0]) as on_done:
+        report = fleets.on_slurm(target, argv, fleet.request(), statuses, on_done)
+    sections = [slurm_source(report), *([section(report)] if section is not None else [])]
+    emit_fleet(report, fmt, sections if fmt != "json" else ())
+    sys.exit(report.exit_code)
+
+
 def _fleet_tune_section(report: Any) -> Any:
     """Each host's planned changes (target, before -> after, scope) and what its run did, like
     Ansible's --diff: the plans are in the tune documents the hosts returned."""
@@ -506,6 +569,8 @@ def _fleet_tune_section(report: Any) -> Any:
     from nodeagent.tuning.story import fleet_changes
 
     docs = {name: o.doc or {} for name, o in report.outcomes.items() if o.ok}
+    # Slurm's nodes that were not run (drained, busy ...) have no plan: the hosts table says why.
+    docs = {name: doc for name, doc in docs.items() if doc.get("slurm", {}).get("ran", True)}
     lines = fleet_changes(docs)
     parts: list[Any] = [Text(), Text("planned changes per host", style="bold underline")]
     for line in lines:
@@ -542,7 +607,8 @@ def bench(
     """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
     against the input and compute bounds, with medians, 95% intervals and verdicts.
 
-    With --cluster or --hosts, nodeagent (with its tf extra) installed on each host runs it there.
+    With --cluster or --hosts, nodeagent (with its tf extra) installed on each host runs it there;
+    with --slurm, on each node as a Slurm job step.
     Exit codes: 0 every config ran (tuned may be skipped without a profile), 1 a config failed,
     64 bad input or TensorFlow missing.
     """
@@ -553,9 +619,11 @@ def bench(
     request = benching.BenchRequest(quick, profile_name, repeats, processes)
     request = request.with_playbook(load_playbook(playbook_name))
     inv = fleet.inventory()
+    # bench exits 1 when a configuration failed: that host's result is a failure.
     if inv is not None:
-        # bench exits 1 when a configuration failed: that host's result is a failure.
         _agent_on_fleet(inv, request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
+    if fleet.slurm:
+        _agent_on_slurm(request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
     benching.need_tensorflow()
     with ProgressBar() as bar:
         result = benching.run(request, on_progress=bar)

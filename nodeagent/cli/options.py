@@ -31,10 +31,41 @@ def open_root(root: str | None) -> Host:
     return open_host(root)
 
 
+ROOT_ENV = "NODEAGENT_ROOT"
+HOSTNAME_ENV = "NODEAGENT_HOSTNAME"
+
 root_option = click.option(
     "--root",
     metavar="PATH",
-    help="Read a recorded node (snapshot .tar.gz or folder holding sys/ and proc/) instead of this machine.",
+    envvar=ROOT_ENV,
+    show_envvar=True,
+    help="Read another node instead of this machine: a recording (snapshot .tar.gz or folder "
+    "holding sys/ and proc/), or a folder where a machine's /proc and /sys are mounted (a pod's "
+    "/host), read live: its files there, its tools and NVML run here.",
+)
+
+
+def _valid_hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    from nodeagent.host import hostname_problem
+
+    problem = hostname_problem(value)
+    if problem:
+        source = ctx.get_parameter_source(param.name or "")
+        where = HOSTNAME_ENV if source == click.core.ParameterSource.ENVIRONMENT else "--hostname"
+        raise UsageError(f"{where} {value!r}: {problem}")
+    return value
+
+
+hostname_option = click.option(
+    "--hostname",
+    metavar="NAME",
+    envvar=HOSTNAME_ENV,
+    show_envvar=True,
+    callback=_valid_hostname,
+    help="The node's name in the report and the Prometheus `host` label (default: its own; in a "
+    "pod, give the node's name from the downward API: the kernel's host name there is the pod's).",
 )
 format_option = click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
@@ -51,6 +82,19 @@ def cluster_options(f: Any) -> Any:
         ),
         click.option(
             "--hosts", "hostlist", metavar="EXPR", help="Hosts as a Slurm hostlist, e.g. 'node[01-04]'."
+        ),
+        click.option(
+            "--slurm",
+            metavar="PARTITION|NODELIST",
+            help="Run on Slurm's nodes instead, as one job step (no SSH): a partition, or nodes like "
+            "'gpu[01-16]'. Nodes Slurm has DOWN fail; drained, reserved or busy ones are UNKNOWN, not "
+            "run. Exit 69 when Slurm does not serve it (controller down, nodes not allocated in 30 s).",
+        ),
+        click.option(
+            "--agent",
+            metavar="PATH",
+            help="With --slurm: nodeagent on the nodes (default: `nodeagent` on their PATH), e.g. a "
+            "shared /opt/tools/nodeagent.pyz.",
         ),
         click.option(
             "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
@@ -74,12 +118,14 @@ def cluster_options(f: Any) -> Any:
         *args: Any,
         cluster: str | None,
         hostlist: str | None,
+        slurm: str | None,
+        agent: str | None,
         limit: str | None,
         parallel: int,
         accept_new_host_keys: bool,
         **kwargs: Any,
     ) -> Any:
-        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys)
+        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys, slurm, agent)
         return f(*args, fleet=fleet, **kwargs)
 
     wrapped: Any = gathered
@@ -97,17 +143,39 @@ class Fleet:
     limit: str | None
     parallel: int
     accept_new_host_keys: bool
+    slurm: str | None = None
+    agent: str | None = None
 
     def request(self) -> FleetRequest:
         from nodeagent.app.fleet import FleetRequest
 
-        return FleetRequest(self.cluster, self.hostlist, self.limit, self.parallel, self.accept_new_host_keys)
+        return FleetRequest(
+            self.cluster,
+            self.hostlist,
+            self.limit,
+            self.parallel,
+            self.accept_new_host_keys,
+            slurm=self.slurm,
+            agent=self.agent,
+        )
 
-    def inventory(self, root: str | None = None) -> Any:
-        """The inventory when --cluster or --hosts was given, else None."""
+    def inventory(self, root: str | None = None, hostname: str | None = None) -> Any:
+        """The inventory when --cluster or --hosts was given, else None (also with --slurm)."""
         inv = self.request().inventory()
+        if self.slurm and hostname is not None:
+            raise UsageError(
+                f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --slurm each node is "
+                "named by its Slurm node name"
+            )
         if inv is not None and root is not None:
-            raise UsageError("--root reads one recorded node; it cannot be used with --cluster or --hosts")
+            raise UsageError(
+                f"--root ({ROOT_ENV}) reads one node; it cannot be used with --cluster or --hosts"
+            )
+        if inv is not None and hostname is not None:
+            raise UsageError(
+                f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --cluster or --hosts "
+                "the inventory names each host"
+            )
         return inv
 
 

@@ -13,6 +13,7 @@ from nodeagent.cli.options import (
     baseline_option,
     emit_fleet,
     format_option,
+    hostname_option,
     load_baseline,
     load_playbook,
     output_option,
@@ -25,6 +26,7 @@ from nodeagent.core.errors import UsageError
 
 @click.command()
 @root_option
+@hostname_option
 @click.option(
     "--playbook",
     "playbook_name",
@@ -57,6 +59,7 @@ from nodeagent.core.errors import UsageError
 @verbose_option
 def preflight(
     root: str | None,
+    hostname: str | None,
     playbook_name: str,
     budget: float | None,
     fail_on: str | None,
@@ -75,7 +78,9 @@ def preflight(
     from nodeagent.app.check import CheckRequest
     from nodeagent.render import jsonout
 
-    request = CheckRequest(root, playbook=load_playbook(playbook_name), baseline=load_baseline(baseline_path))
+    request = CheckRequest(
+        root, playbook=load_playbook(playbook_name), baseline=load_baseline(baseline_path), hostname=hostname
+    )
     gated = gate.run(replace(request, budget_s=budget), fail_on)
     report, v = gated.report, gated.verdict
     doc = jsonout.document(gated.document)

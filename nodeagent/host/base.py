@@ -77,6 +77,31 @@ def command_name(argv: Sequence[str]) -> str:
     return "-".join(w for w in words if w)
 
 
+# A host name as reports and Prometheus labels carry it: RFC 1123 labels (letters, digits, inner
+# hyphens, 1-63 characters each) joined by dots, 253 characters at most; Kubernetes node names are
+# such names in lower case (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/).
+_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_HOSTNAME = 253
+
+
+def hostname_problem(name: str) -> str | None:
+    """Why `name` cannot name a host in a report, or None when it can."""
+    if not name:
+        return "empty"
+    if len(name) > MAX_HOSTNAME:
+        return f"{len(name)} characters, more than the {MAX_HOSTNAME} a host name may have"
+    labels = name.split(".")
+    if "" in labels:
+        return "an empty label (a dot at an end, or two in a row): write it as node-a or node-a.example.com"
+    bad = [label for label in labels if not _HOST_LABEL.fullmatch(label)]
+    if bad:
+        return (
+            f"{bad[0]!r} is not a host name label: use letters, digits and inner hyphens, 1 to 63 "
+            "characters between dots (RFC 1123)"
+        )
+    return None
+
+
 class Host(ABC):
     """One machine as nodeagent sees it. Paths are absolute, as on the machine itself ("/sys/...").
 
@@ -89,9 +114,10 @@ class Host(ABC):
 
     @property
     def is_live(self) -> bool:
-        """Whether this host is the machine nodeagent runs on, at its real root: only then may a fact
-        come from a library that reads this process's machine itself (py-cpuinfo) instead of the
-        host's files. Recordings, copies of a tree and remote nodes are not."""
+        """Whether this host is the machine nodeagent runs on, at its real root or through a live
+        mount of its /proc and /sys (a pod's /host): only then may a fact come from a library that
+        reads this process's machine itself (py-cpuinfo) instead of the host's files. Recordings,
+        copies of a tree and remote nodes are not."""
         return False
 
     def __init__(self) -> None:

@@ -180,10 +180,16 @@ def write(rec: Recording, output: Path, meta: Mapping[str, object]) -> None:
 
 
 def metadata(
-    host: Host, patterns: Sequence[str], commands: Sequence[Sequence[str]], version: str
+    host: Host,
+    patterns: Sequence[str],
+    commands: Sequence[Sequence[str]],
+    version: str,
+    hostname: str | None = None,
 ) -> dict[str, object]:
+    """The recording's nodeagent.json. `hostname` names the machine where the kernel's name is not
+    its own: in a pod, /proc/sys/kernel/hostname is the pod's UTS namespace, not the node."""
     return {
-        "hostname": host.read_value("/proc/sys/kernel/hostname") or os.uname().nodename,
+        "hostname": hostname or host.read_value("/proc/sys/kernel/hostname") or os.uname().nodename,
         "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "nodeagent": version,
         "paths": list(patterns),
@@ -212,13 +218,15 @@ def snapshot(
     commands: Sequence[Sequence[str]],
     output: Path,
     redact: bool = False,
+    hostname: str | None = None,
 ) -> Recording:
     """Record `patterns` and `commands` on `host` into the archive `output` (identifiers replaced
-    with `redact`, for a recording that goes public); the recording as written."""
+    with `redact`, for a recording that goes public), named `hostname` when given; the recording as
+    written."""
     from nodeagent import __version__
 
     rec = record(host, patterns, commands)
-    meta = metadata(host, patterns, commands, __version__)
+    meta = metadata(host, patterns, commands, __version__, hostname)
     if redact:
         rec, meta = redacted(rec, meta)
     write(rec, output, meta)
@@ -259,6 +267,12 @@ def decode(data: bytes) -> Recording:
         body = zlib.decompress(data[len(PULL_MAGIC) :])
     except zlib.error as e:
         raise ValueError(f"a truncated or corrupt recording ({e})") from None
+    return decode_body(body)
+
+
+def decode_body(body: bytes) -> Recording:
+    """The recording in a pull stream's body, once inflated (nodeagent.cluster.pull inflates it
+    within its size limit); ValueError when it is cut short."""
     rec = Recording()
     pos, end = 0, len(body)
     while pos < end:

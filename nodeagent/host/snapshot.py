@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 import re
 import tarfile
 import zlib
@@ -12,8 +13,9 @@ from pathlib import Path
 
 from nodeagent.core.errors import UsageError
 from nodeagent.host.archive import ArchiveTooLarge, ArchiveTree, SubTree
-from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
+from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name, hostname_problem
 from nodeagent.host.local import LocalHost, TreeHost
+from nodeagent.host.mounts import inspect_root
 from nodeagent.host.tree import DIR, LiveTree, Tree
 
 _TREE_MARKERS = ("sys", "proc", COMMANDS_DIR)
@@ -120,8 +122,28 @@ class SnapshotHost(TreeHost):
         return CmdResult(args, out, self.tree.read(stem + ".err") or "", code)
 
 
-def open_host(root: str | None, writable: bool = False) -> Host:
-    """The host for a `--root` option: this machine when None or "/", else a snapshot folder or archive."""
-    if root is None or root == "/":
+def open_host(root: str | None, writable: bool = False, name: str | None = None) -> Host:
+    """The host for a `--root` option: this machine when None or "/"; a folder where a machine's
+    procfs and sysfs are mounted (a pod's /host) is that machine, its files read there and its
+    commands and NVML run here, as on the machine itself; anything else is a snapshot folder or
+    archive. `name`, when given, names the host in reports instead of what it says of itself."""
+    if name is not None:
+        problem = hostname_problem(name)
+        if problem:
+            raise UsageError(f"host name {name!r}: {problem}")
+    host = _open(root, writable)
+    if name is not None:
+        host.name = name
+    return host
+
+
+def _open(root: str | None, writable: bool) -> Host:
+    if root is None or os.path.realpath(root) == "/":
         return LocalHost()
+    mounted = inspect_root(root)
+    if mounted.live:
+        return LocalHost(root, live_mount=True)
+    problem = mounted.problem()
+    if problem:
+        raise UsageError(f"{root}: {problem}")
     return SnapshotHost(root, writable=writable)

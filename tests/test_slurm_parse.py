@@ -1,0 +1,484 @@
+"""`--slurm` without daemons: what nodeagent reads from sinfo and srun (recorded on the real test
+cluster, tests/fixtures/slurm/fanout/README.md), which nodes it runs, what a node's task gives, and
+the whole `check --slurm` flow against Slurm commands that replay those recordings.
+
+The same flow against a real Slurm cluster: tests/test_slurm_fanout.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodeagent.api.report import FleetDocument, HostResult, validate
+from nodeagent.cluster import slurm
+from nodeagent.cluster.ssh import MISSING, REMOTE, UNREACHABLE, HostError
+from nodeagent.core.errors import UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "fanout"
+
+
+def recorded(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def replay(name: str, max_encoded: int | None = None) -> slurm.StepOutput:
+    """A step's output as nodeagent reads it, line by line from the recorded stdout and stderr."""
+    out = slurm.StepOutput() if max_encoded is None else slurm.StepOutput(max_encoded=max_encoded)
+    for line in recorded(f"{name}.stdout").splitlines(keepends=True):
+        out.stdout_line(line, 1.0)
+    stderr = FIXTURES / f"{name}.stderr"
+    if stderr.exists():
+        for line in stderr.read_text().splitlines(keepends=True):
+            out.stderr_line(line)
+    return out
+
+
+def nodes(name: str) -> dict[str, slurm.SlurmNode]:
+    return {n.name: n for n in slurm.parse_nodes(recorded(f"{name}.stdout"))}
+
+
+# -- sinfo ----------------------------------------------------------------------------------------
+
+
+def test_partitions_with_their_default_and_time_limit() -> None:
+    assert slurm.parse_partitions(recorded("sinfo-partitions.stdout")) == [
+        slurm.Partition("test", default=True, max_minutes=10, available="up")
+    ]
+
+
+def test_a_partition_listed_once_per_node_state_is_one_partition() -> None:
+    text = "gpu*|1-00:00:00|up\ngpu*|1-00:00:00|up\ndebug|30:00|down\n"
+    assert [(p.name, p.max_minutes, p.available) for p in slurm.parse_partitions(text)] == [
+        ("gpu", 1440, "up"),
+        ("debug", 30, "down"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("infinite", None),
+        ("10:00", 10),  # M:SS, as sinfo prints MaxTime=10
+        ("0:30", 1),  # seconds round up: the job must fit the limit, not exceed it
+        ("1:30:00", 90),
+        ("1-02:04:00", 1564),
+        ("2-12", 3600),  # D-H, as slurm.conf takes it
+        ("45", 45),
+        ("n/a", None),
+        ("", None),
+    ],
+)
+def test_slurm_time_limits_in_minutes(text: str, minutes: int | None) -> None:
+    assert slurm.parse_minutes(text) == minutes
+
+
+def test_node_states_flags_and_reasons_as_recorded() -> None:
+    found = nodes("sinfo-nodes-not-responding-drain-maint")
+    assert [(n.name, n.state_text, n.reason, n.partitions) for n in found.values()] == [
+        ("n1", "IDLE", None, ("test",)),
+        ("n2", "IDLE+NOT_RESPONDING", None, ("test",)),
+        # The reason is free text holding the separator: it is the last field, split off whole.
+        ("n3", "IDLE+DRAIN", "nodeagent: FAIL gpu/0 | ECC errors", ("test",)),
+        ("n4", "IDLE+MAINTENANCE+RESERVED", None, ("test",)),
+    ]
+    assert found["n1"].address.startswith("10.")
+
+
+def test_a_node_in_several_partitions_is_one_node() -> None:
+    text = "g1|idle|10.0.0.1|gpu*|none\ng1|idle|10.0.0.1|debug|none\ng2|mixed|10.0.0.2|gpu*|none\n"
+    found = slurm.parse_nodes(text)
+    assert [(n.name, n.partitions) for n in found] == [("g1", ("gpu", "debug")), ("g2", ("gpu",))]
+
+
+def test_a_line_that_is_not_the_format_asked_for_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not NodeList"):
+        slurm.parse_nodes("NODELIST   NODES PARTITION STATE\n")
+
+
+# -- which nodes run ------------------------------------------------------------------------------
+
+
+def test_a_stopped_slurmd_is_unreachable_before_and_after_slurm_marks_it_down() -> None:
+    responding = nodes("sinfo-nodes-not-responding-drain-maint")["n2"]
+    down = nodes("sinfo-nodes-down")
+    for node in (responding, down["n2"]):
+        reason = slurm.unreachable_reason(node)
+        assert reason is not None and "slurmd on n2 is not responding" in reason
+        assert node.state_text in reason
+    assert "Reason=Not responding" in (slurm.unreachable_reason(down["n2"]) or "")
+
+
+def test_a_node_an_administrator_set_down_is_unreachable_with_the_reason() -> None:
+    reason = slurm.unreachable_reason(nodes("sinfo-nodes-down")["n1"])
+    assert reason == ("Slurm has n1 DOWN (State=DOWN, Reason=replacing DIMM B2); it starts no task there")
+
+
+@pytest.mark.parametrize(
+    ("fixture", "node", "why"),
+    [
+        ("sinfo-nodes-not-responding-drain-maint", "n3", "drained"),
+        ("sinfo-nodes-not-responding-drain-maint", "n4", "maintenance reservation"),
+        ("sinfo-nodes-stopped-not-yet-down", "n1", "busy"),  # held by a job
+    ],
+)
+def test_nodes_slurm_will_not_give_a_job_are_not_run(fixture: str, node: str, why: str) -> None:
+    found = nodes(fixture)[node]
+    assert slurm.unreachable_reason(found) is None
+    reason = slurm.not_run_reason(found)
+    assert reason is not None and why in reason and found.state_text in reason
+
+
+def test_an_idle_node_runs_and_so_does_one_finishing_a_job() -> None:
+    assert slurm.not_run_reason(nodes("sinfo-nodes-not-responding-drain-maint")["n1"]) is None
+    completing = slurm.parse_nodes("n9|idle+completing|10.0.0.9|gpu|none\n")[0]
+    assert slurm.not_run_reason(completing) is None
+
+
+def test_a_flag_this_module_does_not_know_keeps_the_node_out() -> None:
+    node = slurm.parse_nodes("n9|idle+some_future_flag|10.0.0.9|gpu|none\n")[0]
+    assert "SOME_FUTURE_FLAG" in (slurm.not_run_reason(node) or "")
+
+
+def test_a_node_not_run_is_unknown_in_a_host_entry_the_fleet_document_holds() -> None:
+    node = nodes("sinfo-nodes-not-responding-drain-maint")["n3"]
+    doc = slurm.not_run_doc(node, slurm.not_run_reason(node) or "")
+    validate(HostResult, {"address": node.address, **doc}, "n3")
+    assert doc["status"] == "UNKNOWN" and doc["slurm"] == {
+        "ran": False,
+        "state": "IDLE+DRAIN",
+        "reason": "nodeagent: FAIL gpu/0 | ECC errors",
+    }
+    [finding] = doc["findings"]
+    assert (
+        finding["status"] == "UNKNOWN"
+        and "scontrol update nodename=n3 state=resume" in finding["remediation"]
+    )
+
+
+# -- what --slurm names ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sinfo_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The sinfo command lines resolve ran; `sinfo_replay` answers them from the recordings."""
+    monkeypatch.setattr(slurm, "tool", lambda name: name)
+    return []
+
+
+def sinfo_replay(calls: list[list[str]]) -> slurm.Runner:
+    def run(argv: Any, timeout_s: float) -> Any:
+        calls.append(list(argv))
+        if any(a.startswith("--format=") for a in argv):
+            text = recorded("sinfo-partitions.stdout")
+        elif any(a.startswith("--nodes=gpu") for a in argv):
+            text = ""  # sinfo lists nothing for a node it does not know
+        else:
+            text = recorded("sinfo-nodes-not-responding-drain-maint.stdout")
+        return subprocess.CompletedProcess(argv, 0, text, "")
+
+    return run
+
+
+def test_a_partition_name_is_the_partition(sinfo_calls: list[list[str]]) -> None:
+    target = slurm.resolve("test", run=sinfo_replay(sinfo_calls))
+    assert (target.kind, [n.name for n in target.nodes]) == ("partition", ["n1", "n2", "n3", "n4"])
+    assert "--partition=test" in sinfo_calls[-1]
+
+
+def test_anything_else_is_a_nodelist_in_its_own_order(sinfo_calls: list[list[str]]) -> None:
+    target = slurm.resolve("n[3-4],n1", run=sinfo_replay(sinfo_calls))
+    assert (target.kind, [n.name for n in target.nodes]) == ("nodelist", ["n3", "n4", "n1"])
+    assert "--nodes=n3,n4,n1" in sinfo_calls[-1]
+    assert target.partition_for(target.nodes).name == "test"
+
+
+def test_a_name_that_is_neither_says_what_slurm_has(sinfo_calls: list[list[str]]) -> None:
+    with pytest.raises(UsageError, match=r"Slurm has no node gpu01 and no partition .* \(partitions: test\)"):
+        slurm.resolve("gpu01", run=sinfo_replay(sinfo_calls))
+    with pytest.raises(UsageError, match=r"'n\[1-' is not a partition \(Slurm has test\) and not a nodelist"):
+        slurm.resolve("n[1-", run=sinfo_replay(sinfo_calls))
+
+
+def test_nodes_without_a_common_partition_cannot_share_one_allocation() -> None:
+    found = slurm.parse_nodes("a1|idle|10.0.0.1|gpu*|none\nb1|idle|10.0.0.2|cpu|none\n")
+    target = slurm.Target("a1,b1", "nodelist", tuple(found), (slurm.Partition("gpu", True, None, "up"),))
+    with pytest.raises(UsageError, match="share no partition"):
+        target.partition_for(found)
+
+
+def test_the_default_partition_is_preferred_among_the_shared_ones() -> None:
+    found = slurm.parse_nodes("a1|idle|10.0.0.1|debug|none\na1|idle|10.0.0.1|gpu*|none\n")
+    partitions = (slurm.Partition("debug", False, 30, "up"), slurm.Partition("gpu", True, None, "up"))
+    assert slurm.Target("a1", "nodelist", tuple(found), partitions).partition_for(found).name == "gpu"
+
+
+def test_an_empty_partition_is_bad_input(sinfo_calls: list[list[str]]) -> None:
+    def run(argv: Any, timeout_s: float) -> Any:
+        listed = any(a.startswith("--format=") for a in argv)
+        return subprocess.CompletedProcess(argv, 0, recorded("sinfo-partitions.stdout") if listed else "", "")
+
+    with pytest.raises(UsageError, match="partition test has no nodes"):
+        slurm.resolve("test", run=run)
+
+
+def test_a_partition_that_is_down_runs_nothing() -> None:
+    found = tuple(slurm.parse_nodes("n1|idle|10.0.0.1|test|none\n"))
+    target = slurm.Target("test", "partition", found, (slurm.Partition("test", True, 10, "down"),))
+    with pytest.raises(slurm.SlurmUnavailable, match="partition test is DOWN in Slurm: it starts no job"):
+        slurm.run(target, ["check"], slurm.check_outcome, slurm.Options())
+
+
+def test_slurm_unreachable_is_one_line_and_exit_69(tmp_path: Path) -> None:
+    failing = tmp_path / "sinfo"
+    message = "slurm_load_partitions: Unable to contact slurm controller (connect failure)"
+    failing.write_text(f"#!/bin/sh\necho '{message}' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with pytest.raises(slurm.SlurmUnavailable, match="Unable to contact slurm controller") as caught:
+        slurm.run_command([str(failing), "--all"], 10)
+    assert caught.value.exit_code == 69
+
+
+# -- what a step printed --------------------------------------------------------------------------
+
+
+def test_a_launch_that_fails_on_one_node_names_it_and_the_others_answered() -> None:
+    out = replay("srun-probe-launch-failed")
+    assert sorted(out.by_node()) == ["n1", "n3"]
+    assert out.naming("n2") == [
+        "srun: error: Task launch for StepId=1.0 failed on node n2: Communication connection failure"
+    ]
+    assert out.naming("n1") == [] and out.naming("n") == []
+    alone = replay("srun-probe-alone-launch-failed")
+    assert alone.by_node() == {} and "failed on node n2" in alone.about("n2")
+
+
+def test_each_node_s_document_and_exit_code() -> None:
+    out = replay("srun-check")
+    words = ["nodeagent", "check"]
+    for node in ("n1", "n3"):
+        task = out.by_node()[node]
+        doc, exit_code = slurm.task_document(task, node, words)
+        assert exit_code == 0 and doc["host"] == "40intel64-2g2n4c+pcilocality"
+        assert {c["id"] for c in doc["checks"]} == {"numa", "kernel"} and "facts" in doc
+
+
+def test_a_check_report_is_named_by_its_slurm_node() -> None:
+    out = replay("srun-check")
+    node = slurm.SlurmNode("n3", "10.0.0.3", "IDLE", (), None, ("test",))
+    doc, exit_code = slurm.task_document(out.by_node()["n3"], "n3", ["nodeagent", "check"])
+    outcome = slurm.check_outcome(node, doc, exit_code)
+    assert outcome.ok and outcome.doc is not None and outcome.facts is not None
+    assert (outcome.doc["host"], outcome.doc["hostname"]) == ("n3", "40intel64-2g2n4c+pcilocality")
+    assert {f["host"] for f in outcome.doc["findings"]} == {"n3"} and "facts" not in outcome.doc
+
+
+def test_nodeagent_missing_on_the_node_says_how_to_name_it() -> None:
+    task = replay("srun-check-agent-missing").by_node()["n1"]
+    with pytest.raises(HostError) as caught:
+        slurm.task_document(task, "n1", ["/nonexistent/nodeagent", "check"])
+    assert caught.value.kind == MISSING
+    assert (
+        "/nonexistent/nodeagent: not found" in caught.value.message and "--agent PATH" in caught.value.message
+    )
+
+
+def test_nodeagent_failing_on_the_node_gives_its_own_error_line() -> None:
+    task = replay("srun-check-bad-root").by_node()["n3"]
+    with pytest.raises(HostError) as caught:
+        slurm.task_document(task, "n3", ["nodeagent", "check", "--root", "/nonexistent"])
+    assert caught.value.kind == REMOTE
+    assert (
+        "exited 64 without JSON: nodeagent: error: /nonexistent: no such file or directory"
+        in caught.value.message
+    )
+
+
+def test_a_task_cut_before_its_exit_line_has_no_result() -> None:
+    out = slurm.StepOutput()
+    for line in recorded("srun-check.stdout").splitlines():
+        if slurm.EXIT_MARK not in line:
+            out.stdout_line(line)
+    out.stderr_line("0: slurmstepd-n1: error: *** STEP 1.3 ON n1 CANCELLED AT 2026-11-26T01:24:09 ***\n")
+    with pytest.raises(
+        HostError, match=r"ended without an exit code \(killed\?\): slurmstepd-n1: error: \*\*\* STEP"
+    ):
+        slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
+
+
+def test_a_document_beyond_the_output_limit_is_that_node_s_error() -> None:
+    out = replay("srun-check", max_encoded=1000)
+    with pytest.raises(HostError, match="NODEAGENT_MAX_STDOUT_MIB"):
+        slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
+
+
+def test_labels_are_right_aligned_past_nine_tasks() -> None:
+    out = slurm.StepOutput()
+    out.stdout_line(f" 7: {slurm.NODE_MARK} gpu07\n")
+    out.stdout_line(f"12: {slurm.NODE_MARK} gpu12\n")
+    out.stderr_line(" 7: a warning on gpu07\n")
+    assert sorted(out.by_node()) == ["gpu07", "gpu12"] and list(out.tasks[7].stderr) == ["a warning on gpu07"]
+
+
+def test_the_node_script_keeps_the_exit_line_after_the_whole_output(tmp_path: Path) -> None:
+    """The command's output goes through base64 and its exit code after it, even when the command
+    prints more than a pipe holds and no newline at its end."""
+    program = "import sys; sys.stdout.write('x' * 300000); sys.exit(3)"
+    env = {**os.environ, "SLURMD_NODENAME": "n9"}
+    done = subprocess.run(
+        ["sh", "-c", slurm.RUN_SCRIPT, "nodeagent-slurm", sys.executable, "-c", program],
+        capture_output=True, text=True, env=env, timeout=60, check=True,
+    )  # fmt: skip
+    out = slurm.StepOutput()
+    for line in done.stdout.splitlines():
+        out.stdout_line(f"0: {line}")
+    task = out.by_node()["n9"]
+    assert task.exit_code == 3 and done.stdout.splitlines()[-1] == f"{slurm.EXIT_MARK} 3"
+    assert base64.b64decode("".join(task.encoded)) == b"x" * 300000
+
+
+# -- the whole flow, against Slurm commands replaying the recordings ------------------------------
+
+FAKE = r"""#!{python}
+import os, sys
+from pathlib import Path
+fixtures = Path({fixtures!r})
+tool, args = Path(sys.argv[0]).name, sys.argv[1:]
+with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
+    log.write(" ".join([tool, *args]) + "\n")
+
+def replay(name, code):
+    sys.stdout.write((fixtures / (name + ".stdout")).read_text())
+    err = fixtures / (name + ".stderr")
+    if err.exists():
+        sys.stderr.write(err.read_text())
+    sys.exit(code)
+
+if tool == "sinfo":
+    if any(a.startswith("--format=") for a in args):
+        replay("sinfo-partitions", 0)
+    # n1-n3 as slurmctld saw them just before n2's slurmd stopped, n4 drained
+    lines = [f"n{{i}}|idle|10.0.0.{{i}}|test*|none" for i in (1, 2, 3)]
+    print("\n".join([*lines, "n4|idle+drain|10.0.0.4|test*|disk"]))
+elif tool == "squeue":
+    print("1")
+elif tool == "srun":
+    script = args[args.index("-c") + 1]
+    if "rc=$(" in script:
+        replay("srun-check", 0)
+    replay("srun-probe-launch-failed" if "--nodes=3" in args else "srun-probe-alone-launch-failed", 233)
+"""
+
+
+@pytest.fixture
+def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sinfo", "salloc", "squeue", "srun", "scancel"):
+        path = bin_dir / tool
+        path.write_text(FAKE.format(python=sys.executable, fixtures=str(FIXTURES)))
+        path.chmod(0o755)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
+    return log
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from nodeagent.cli.main import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    out = capsys.readouterr()
+    return int(caught.value.code or 0), out.out, out.err
+
+
+def test_check_slurm_runs_where_it_can_and_fails_only_the_node_that_did_not_start(
+    fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["check", "--slurm", "test", "--format", "json"], capsys)
+    doc = json.loads(out)
+    validate(FleetDocument, doc, "the fleet document")
+    assert code == 2 and err == ""
+    hosts = doc["hosts"]
+    assert list(hosts) == ["n1", "n2", "n3", "n4"]
+    assert (hosts["n1"]["status"], hosts["n3"]["status"], hosts["n3"]["host"]) == ("OK", "OK", "n3")
+    assert hosts["n2"]["error"] == {
+        "kind": UNREACHABLE,
+        "message": "slurmd on n2 did not start a task: srun: error: Task launch for StepId=1.0 failed on "
+        "node n2: Communication connection failure",
+    }
+    assert hosts["n4"]["status"] == "UNKNOWN" and hosts["n4"]["slurm"]["state"] == "IDLE+DRAIN"
+    assert doc["slurm"] == {
+        "target": "test",
+        "kind": "partition",
+        "partition": "test",
+        "job_id": 1,
+        "agent": "nodeagent",
+    }
+    calls = fake_slurm.read_text().splitlines()
+    [salloc] = [c for c in calls if c.startswith("salloc ")]
+    # Whole nodes, kept on a node failure, not waiting on a busy cluster, within MaxTime=10.
+    for option in (
+        "--exclusive",
+        "--no-kill",
+        "--immediate=30",
+        "--time=10",
+        "--nodelist=n1,n2,n3",
+        "--partition=test",
+    ):
+        assert option in salloc.split()
+    # n2 is named in the shared probe's errors: not probed again; the check runs on n1 and n3 only.
+    assert [c.split()[3] for c in calls if c.startswith("srun ")] == ["--nodes=3", "--nodes=2"]
+    assert calls[-1].startswith("scancel --name=nodeagent-check-")
+
+
+def test_the_table_says_what_slurm_ran(fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["check", "--slurm", "n[1-4]", "--agent", "/opt/na/nodeagent", "-v"], capsys)
+    assert code == 2
+    assert (
+        "slurm: nodes n[1-4] in partition test, job 1: /opt/na/nodeagent ran on 2 of 4 nodes; 1 not"
+        in " ".join(out.split())
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["check", "--slurm", "test", "--hosts", "n1"],
+            "give one of --cluster FILE, --hosts EXPR and --slurm",
+        ),
+        (
+            ["check", "--agent", "/x/nodeagent"],
+            "--agent names nodeagent on Slurm's nodes: use it with --slurm",
+        ),
+        (["check", "--slurm", "test", "--limit", "rack1"], "--limit selects from an inventory file"),
+        (["check", "--slurm", "test", "--bandwidth"], "--bandwidth measures between hosts over SSH"),
+        (
+            ["check", "--slurm", "test", "--hostname", "a"],
+            "with --slurm each node is named by its Slurm node name",
+        ),
+        (["bench", "--slurm", "bogus"], "'bogus': Slurm has no node bogus and no partition"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_64(
+    argv: list[str], message: str, fake_slurm: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(argv, capsys)
+    assert (code, out) == (64, "")
+    assert err.startswith("nodeagent: error: ") and message in err and err.count("\n") == 1
+
+
+def test_without_slurm_s_commands_it_says_which_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    code, _, err = run_cli(["tune", "--slurm", "test"], capsys)
+    assert code == 64 and "--slurm needs Slurm's `sinfo` on PATH" in err
