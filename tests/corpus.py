@@ -147,8 +147,15 @@ def _unpack(source: Path, dest: Path) -> None:
 README = CORPUS.parent / "README.md"
 README_HEAD = """# Recordings of real machines
 
-Everything here was recorded on machines nobody on this team made, and published by others. Each
-source keeps its licence; nothing here is nodeagent's own output.
+The machines here were recorded by others, on machines nobody on this team made, and published.
+Each source keeps its licence; nothing here is nodeagent's own output, except in two folders that
+record what real tools answered to nodeagent in this repository's own tests (each README says how to
+record them again):
+
+- `slurm/`: Slurm 22.05's `sinfo` and `srun` outputs on a cluster built by `tests/slurmcluster.py`.
+- `prometheus/`: Prometheus 2.42's HTTP API answers about nodeagent's metrics, from `tests/promstack.py`.
+
+Recorded machines:
 
 - `hwloc/`: /sys and /proc trees from hwloc's test suite, `tests/hwloc/linux/` in
   https://github.com/open-mpi/hwloc (BSD-3-Clause, `hwloc/COPYING`), with hwloc's expected topology
