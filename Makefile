@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck \
 	slurm-wlm slurm-client munge prometheus prometheus-node-exporter
 
-.PHONY: run test test-fast dist-check lint typecheck view perf fixtures system-packages clean
+.PHONY: run test test-fast dist-check pyz lint typecheck view perf fixtures system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,47 @@ dist-check: $(VENV)/.installed-test
 	  if [ $$rc -gt 3 ]; then echo "dist-check: nodeagent check --root $(DIST_ROOT) failed (exit $$rc)"; exit 1; fi; \
 	  echo "dist-check: nodeagent check --root $(DIST_ROOT) exited $$rc (the worst status above)"
 	$(DIST_VENV)/bin/python tests/tui_smoke.py $(DIST_ROOT)
+
+# nodeagent as one file for nodes where it is not installed: `python3 nodeagent.pyz check`, or
+# `./nodeagent.pyz check` (#!/usr/bin/env python3). pex rather than shiv: one pex holds the compiled
+# wheels (pydantic-core, PyYAML, cffi, wrapt; cryptography, bcrypt, PyNaCl and psutil as abi3) of
+# several interpreters and machines and picks the matching ones at start-up; shiv packs those of the
+# interpreter that builds it. Served: CPython 3.10-3.14 on Linux x86_64 and aarch64 with glibc >= 2.17
+# (manylinux2014: https://peps.python.org/pep-0599/); the patch versions give pex the
+# python_full_version that some markers read. Not in it: TensorFlow (the tf extra).
+# The first run of a build unpacks every wheel into $PEX_ROOT (default ~/.cache/pex, the user's own;
+# HOME unset: the passwd entry's home; unwritable: a private temporary folder, removed at exit) and
+# makes a venv there, so the `python -m nodeagent` of its child processes finds nodeagent too.
+# The same tree gives the same file: the tools are pinned in build-aux/pyz-requirements.txt (own venv,
+# build/pyz-venv), PyPI is read as it was at PYZ_INDEX_DATE (a newer minimum in pyproject.toml needs a
+# later date) and SOURCE_DATE_EPOCH fixes the wheel's file times
+# (https://reproducible-builds.org/specs/source-date-epoch/). Rebuilt only when a source is newer
+# than the file (which carries the time its build started); one build at a time.
+pyz: PYZ_INDEX_DATE := 2026-11-25T00:00:00Z
+pyz: PYZ_PLATFORMS := $(foreach m,x86_64 aarch64,$(foreach v,3.10.12 3.11.2 3.12.3 3.13.5 3.14.0,\
+	--platform manylinux2014_$(m)-cp-$(v)-cp$(subst .,,$(basename $(v)))))
+pyz:
+	@mkdir -p build && exec 9>build/.pyz.lock && flock 9 && \
+	pyz=build/nodeagent.pyz venv=build/pyz-venv reqs=build-aux/pyz-requirements.txt; \
+	sources="nodeagent checks tuners playbooks pyproject.toml Makefile $$reqs"; \
+	if [ -f $$pyz ] && [ -z "$$(find $$sources -type f ! -name '*.pyc' -newer $$pyz -print -quit)" ]; then \
+	  echo "$$pyz is up to date"; exit 0; \
+	fi; \
+	if [ ! $$reqs -ot $$venv/.installed ]; then \
+	  rm -rf $$venv && $(PYTHON) -m venv $$venv && $$venv/bin/pip install --quiet -r $$reqs && \
+	  touch $$venv/.installed || exit 1; \
+	fi; \
+	touch build/.pyz.started && rm -rf build/pyz-dist build/pyz-tmp && mkdir build/pyz-tmp; \
+	echo "building $$pyz: the wheel, then pex (PyPI as of $(PYZ_INDEX_DATE))"; \
+	SOURCE_DATE_EPOCH=315532800 $$venv/bin/python -m build --outdir build/pyz-dist . \
+	  >build/pyz-tmp/wheel.log 2>&1 || { tail -30 build/pyz-tmp/wheel.log; exit 1; }; \
+	$$venv/bin/pex build/pyz-dist/nodeagent-*.whl $(PYZ_PLATFORMS) \
+	  --pip-version 26.2.1 --uploaded-prior-to $(PYZ_INDEX_DATE) \
+	  --console-script nodeagent --venv --python-shebang '/usr/bin/env python3' \
+	  --pex-root build/pyz-cache --tmpdir build/pyz-tmp -o $$pyz.part || exit 1; \
+	mv $$pyz.part $$pyz && touch -r build/.pyz.started $$pyz; \
+	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \
+	echo "built $$pyz: $$(du -m $$pyz | cut -f1) MB in $$SECONDS s"
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.

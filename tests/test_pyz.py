@@ -1,0 +1,428 @@
+"""build/nodeagent.pyz (`make pyz`) on a node where nodeagent is not installed.
+
+The file is copied to a test host (tests/sshcluster.py) and run over SSH by the system's python3 in a
+clean environment (`env -i`: no PYTHONPATH, no venv), in the same command line that first shows that
+python3 imports neither nodeagent nor pydantic. Its documents must equal those of the installed
+nodeagent (this venv's) on the same recordings and on the host itself, and its exit code must be the
+worst status, as nodeagent's is. Then: the other CPython versions found here, a read-only and an
+unset HOME, and the wheels the file holds for the interpreters and machines it claims.
+
+`make pyz` rebuilds the file only when a source is newer than it, so the build costs a minute or
+two once per change of the tree; it skips here only when PyPI cannot be reached for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import parse_wheel_filename
+
+from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
+from nodeagent.host.base import command_name
+from tests import fakefleet
+from tests.golden_docs import stable
+from tests.sshcluster import SSHCluster, cluster_available
+
+# The build can take minutes on a cold cache; the timeout covers the module fixtures of the first test.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pyz"), pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parent.parent
+PYZ = REPO / "build" / "nodeagent.pyz"
+VENV_PYTHON = sys.executable
+SYSTEM_PYTHON = "/usr/bin/python3"
+CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+BUILD_TIMEOUT_S = 1100
+RUN_TIMEOUT_S = 180
+EXIT_CODES = {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}
+USAGE_EXIT = 64
+# Runs the pyz's python with its packages instead of nodeagent: https://docs.pex-tool.org/api/vars.html
+INTERPRETER = {"PEX_INTERPRETER": "1"}
+
+# What the Makefile's pyz target claims the file serves.
+CLAIMED_MINORS = (10, 11, 12, 13, 14)
+CLAIMED_MACHINES = ("x86_64", "aarch64")
+CLAIMED_GLIBC_MINOR = 17  # manylinux2014: https://peps.python.org/pep-0599/
+# The compiled projects nodeagent needs (directly or through pydantic, PyYAML and Fabric/Paramiko).
+COMPILED = {"pydantic-core", "pyyaml", "psutil", "cryptography", "bcrypt", "pynacl", "cffi"}
+# What pip says when PyPI cannot be reached (the only reason the build may skip the module).
+NO_INDEX = (
+    "NewConnectionError",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ProxyError",
+    "Max retries exceeded",
+    "(from versions: none)",
+)
+
+# Recordings and the exit code each gives: every worst status once.
+HWLOC_WARN = "40intel64-2g2n4c+pcilocality"
+UNPARSABLE = "unparsable-topo-matrix"  # made here: HWLOC_WARN with a `nvidia-smi topo -m` that is no matrix
+RECORDINGS = {
+    "sysfs-ghw-xeon-l5640-2socket": 0,
+    HWLOC_WARN: 1,
+    "smi-openpai-v100-sxm3-dbe-retired-pages": 2,
+    UNPARSABLE: 3,
+}
+
+
+@dataclass(frozen=True)
+class Node:
+    """The test host and the folder on it that holds the copied pyz and the session's HOME."""
+
+    cluster: SSHCluster
+    name: str
+    folder: Path
+
+    @property
+    def pyz(self) -> Path:
+        return self.folder / "nodeagent.pyz"
+
+    @property
+    def home(self) -> Path:
+        return self.folder / "home"
+
+
+def _make_pyz() -> None:
+    """`make pyz` (a no-op when the file is newer than every source); skips only when PyPI is out of reach."""
+    if shutil.which("make") is None:
+        pytest.skip("no make (Debian package make): cannot build build/nodeagent.pyz")
+    # A session of its own, so that a build cut at the time limit takes pex and pip down with it.
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "pyz"],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = make.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(make.pid, signal.SIGKILL)
+        output, _ = make.communicate()
+        pytest.fail(f"make pyz did not finish within {BUILD_TIMEOUT_S} s:\n{_tail(output)}")
+    if make.returncode != 0:
+        offline = [line for line in output.splitlines() if any(sign in line for sign in NO_INDEX)]
+        if offline:
+            pytest.skip(f"make pyz could not reach PyPI: {offline[0].strip()}")
+        pytest.fail(f"make pyz failed (exit {make.returncode}):\n{_tail(output)}")
+    assert PYZ.is_file(), f"make pyz succeeded but left no {PYZ}:\n{_tail(output)}"
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    return "\n".join(text.splitlines()[-lines:]) + "\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHCluster]:
+    reason = cluster_available(loopback=True)
+    if reason is not None:
+        pytest.skip(f"no SSH test cluster: {reason}")
+    workdir = tmp_path_factory.mktemp("pyz-cluster")
+    # What runs in the host's plain SSH session (the fleet's remote agent) caches its pex here, not
+    # under the user's real home.
+    cache = {"PEX_ROOT": str(workdir / "session-pex-cache")}
+    with SSHCluster(1, workdir, lambda i: cache) as built:
+        yield built
+
+
+@pytest.fixture(scope="module")
+def node(cluster: SSHCluster, tmp_path_factory: pytest.TempPathFactory) -> Node:
+    """The pyz, built, copied to a folder of the host, as one would copy it to a node."""
+    if not Path(SYSTEM_PYTHON).is_file():
+        pytest.skip(f"no {SYSTEM_PYTHON} (Debian package python3) to run the pyz with")
+    _make_pyz()
+    folder = tmp_path_factory.mktemp("pyz-node")
+    shutil.copy2(PYZ, folder / "nodeagent.pyz")
+    (folder / "home").mkdir()
+    return Node(cluster, cluster.hosts[0].name, folder)
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Recording name -> --root: real recordings, and one whose `nvidia-smi topo -m` is not a matrix."""
+    trees = tmp_path_factory.mktemp("pyz-trees")
+    roots = {name: fakefleet.recorded_root(name, trees) for name in RECORDINGS if name != UNPARSABLE}
+    roots[UNPARSABLE] = str(_unparsable_topology(trees / UNPARSABLE))
+    return roots
+
+
+def _unparsable_topology(dest: Path) -> Path:
+    """The WARN recording with a `nvidia-smi topo -m` output that is not a matrix: topology is UNKNOWN."""
+    with tarfile.open(fakefleet.recorded_root(HWLOC_WARN, dest.parent)) as archive:
+        archive.extractall(dest, filter="data")
+    (top,) = [p for p in dest.iterdir() if p.is_dir()]
+    commands = top / "commands"
+    commands.mkdir()
+    (commands / f"{command_name(TOPO_COMMAND)}.txt").write_text("GPU0\tgarbage\nnot a matrix\n")
+    return dest
+
+
+def _ssh(node: Node, command: str, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    argv = node.cluster.ssh_argv(node.name, command)
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+def _clean_env(node: Node, extra: Mapping[str, str] | None = None, *, home: bool = True) -> list[str]:
+    """`env -i` with a PATH of the system's folders only, and HOME in the node's folder (its pex cache)."""
+    env = {
+        "PATH": CLEAN_PATH,
+        "LANG": "C.UTF-8",
+        **({"HOME": str(node.home)} if home else {}),
+        **(extra or {}),
+    }
+    return ["env", "-i", *(f"{k}={v}" for k, v in env.items())]
+
+
+# Runs first in the pyz's own command line: the system python3 must not import nodeagent or pydantic,
+# and no nodeagent may be on PATH; each outcome goes to stderr, then the command itself replaces the shell.
+PROOF = (
+    'for m in nodeagent pydantic; do "$0" -c "import $m" 2>/dev/null; echo "import $m: exit $?" >&2; done; '
+    'command -v nodeagent >/dev/null && echo "nodeagent on PATH: $(command -v nodeagent)" >&2; '
+    'exec "$0" "$@"'
+)
+
+
+def run_pyz(
+    node: Node,
+    args: Sequence[str],
+    *,
+    python: str = SYSTEM_PYTHON,
+    extra_env: Mapping[str, str] | None = None,
+    prove: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`python nodeagent.pyz ARGS` on the host, in a clean environment, after the proof that python
+    has no nodeagent of its own (asserted here unless `prove` is False)."""
+    command = [*_clean_env(node, extra_env), "sh", "-c", PROOF, python, "nodeagent.pyz", *args]
+    done = _ssh(node, f"cd {shlex.quote(str(node.folder))} && {shlex.join(command)}")
+    if not prove:
+        return done
+    assert "import nodeagent: exit 1" in done.stderr, f"{python} imports nodeagent by itself:\n{done.stderr}"
+    assert "import pydantic: exit 1" in done.stderr, f"{python} imports pydantic by itself:\n{done.stderr}"
+    assert "nodeagent on PATH" not in done.stderr, done.stderr
+    return done
+
+
+def run_installed(node: Node, args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """The installed nodeagent (this venv's) on the host, in the same clean environment."""
+    command = [*_clean_env(node), VENV_PYTHON, "-m", "nodeagent", *args]
+    return _ssh(node, shlex.join(command))
+
+
+def _document(done: subprocess.CompletedProcess[str], who: str) -> dict[str, Any]:
+    assert done.returncode in EXIT_CODES.values(), f"{who} exited {done.returncode}:\n{_tail(done.stderr)}"
+    assert "Traceback" not in done.stderr, done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return doc
+
+
+def _statuses(doc: Mapping[str, Any]) -> dict[str, str]:
+    return {check["id"]: check["status"] for check in doc["checks"]}
+
+
+@pytest.mark.parametrize("recording", list(RECORDINGS))
+def test_a_recording_gives_the_installed_nodeagents_document_and_exit_code(
+    node: Node, recordings: dict[str, str], recording: str
+) -> None:
+    args = ["check", "--root", recordings[recording], "--format", "json"]
+    installed = run_installed(node, args)
+    pyz = run_pyz(node, args)
+    want, got = _document(installed, "installed nodeagent"), _document(pyz, "nodeagent.pyz")
+    assert _statuses(got) == _statuses(want)
+    assert stable(got) == stable(want)
+    assert pyz.returncode == installed.returncode == RECORDINGS[recording] == EXIT_CODES[got["status"]]
+
+
+def test_a_live_check_of_the_host_gives_the_installed_nodeagents_statuses(node: Node) -> None:
+    installed = run_installed(node, ["check", "--format", "json"])
+    pyz = run_pyz(node, ["check", "--format", "json"])
+    want, got = _document(installed, "installed nodeagent"), _document(pyz, "nodeagent.pyz")
+    assert _statuses(got) == _statuses(want)
+    assert got["status"] == want["status"]
+    assert pyz.returncode == installed.returncode == EXIT_CODES[got["status"]]
+
+
+def test_it_runs_by_its_shebang_and_says_the_installed_version(node: Node) -> None:
+    command = [*_clean_env(node), "./nodeagent.pyz", "--version"]
+    pyz = _ssh(node, f"cd {shlex.quote(str(node.folder))} && {shlex.join(command)}")
+    installed = run_installed(node, ["--version"])
+    assert pyz.returncode == 0, pyz.stderr
+    assert pyz.stdout == installed.stdout and "version" in pyz.stdout
+
+
+def test_a_usage_error_is_one_line_and_exit_64(node: Node) -> None:
+    missing = node.folder / "no-such-recording"
+    done = run_pyz(node, ["check", "--root", str(missing)])
+    assert done.returncode == USAGE_EXIT
+    assert "Traceback" not in done.stderr
+    said = [line for line in done.stderr.splitlines() if not line.startswith("import ")]
+    assert len(said) == 1 and str(missing) in said[0], done.stderr
+
+
+def test_the_benchmark_says_in_one_line_that_it_needs_tensorflow(node: Node) -> None:
+    """TensorFlow is not in the pyz, and the pyz does not see the system's site-packages."""
+    done = run_pyz(node, ["bench", "--quick"])
+    said = [line for line in done.stderr.splitlines() if not line.startswith("import ")]
+    assert done.returncode == USAGE_EXIT, done.stderr
+    assert len(said) == 1 and "needs TensorFlow" in said[0], done.stderr
+
+
+def test_child_processes_find_nodeagent_through_sys_executable(node: Node) -> None:
+    """The bench and A/B trials start `sys.executable -m nodeagent ...`: the pyz's venv python has it."""
+    probe = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-m', 'nodeagent', '--version'], check=True)"
+    )
+    done = run_pyz(node, ["-c", probe], extra_env=INTERPRETER)
+    assert done.returncode == 0, done.stderr
+    assert "version" in done.stdout
+
+
+def test_the_fleets_remote_agent_can_be_the_pyz(node: Node, tmp_path: Path) -> None:
+    """`check --cluster --remote-agent` with the inventory's `nodeagent:` naming the pyz: the host
+    runs it by its shebang, and its report is the installed nodeagent's."""
+    inventory = node.cluster.write_inventory(tmp_path / "hosts.yml", nodeagent=str(node.pyz))
+    argv = [VENV_PYTHON, "-m", "nodeagent", "check", "--cluster", str(inventory), "--remote-agent"]
+    fleet = subprocess.run(
+        [*argv, "--format", "json"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    host = _document(fleet, "check --cluster --remote-agent")["hosts"][node.name]
+    assert "error" not in host, host
+    live = _document(run_installed(node, ["check", "--format", "json"]), "installed nodeagent")
+    assert _statuses(host) == _statuses(live)
+
+
+def _interpreter(minor: int) -> str | None:
+    """A CPython 3.<minor> of this machine: on PATH, or one of pyenv's versions."""
+    candidates = [shutil.which(f"python3.{minor}")]
+    pyenv = shutil.which("pyenv")
+    if pyenv is not None:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30, check=False)
+        found = sorted(
+            Path(root.stdout.strip()).glob(f"versions/3.{minor}.*/bin/python3.{minor}"), reverse=True
+        )
+        candidates += [str(p) for p in found]
+    for candidate in filter(None, candidates):
+        probe = [candidate, "-c", f"import sys; sys.exit(sys.version_info[:2] != (3, {minor}))"]
+        if subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0:
+            return candidate
+    return None
+
+
+# The compiled modules the pyz must load on each interpreter (pydantic-core, PyYAML's C loader, psutil,
+# and Paramiko's cryptography, bcrypt and PyNaCl); printed: the interpreter's version, then where the
+# venv's python and each module are.
+COMPILED_PROBE = (
+    "import sys, pydantic_core, yaml, psutil, bcrypt, nacl.bindings, cryptography.hazmat.bindings._rust as c;"
+    "assert yaml.__with_libyaml__, 'PyYAML without its C extension';"
+    "print('%d.%d' % sys.version_info[:2], sys.executable);"
+    "print(*(m.__file__ for m in (pydantic_core, yaml, psutil, bcrypt, nacl.bindings, c)))"
+)
+
+
+@pytest.mark.parametrize("minor", CLAIMED_MINORS)
+def test_every_claimed_interpreter_found_here_loads_its_wheels_and_checks_alike(
+    node: Node, recordings: dict[str, str], minor: int
+) -> None:
+    python = _interpreter(minor)
+    if python is None:
+        pytest.skip(f"no CPython 3.{minor} on this machine (PATH or pyenv) to run the pyz with")
+    # Not the proof of run_pyz: an interpreter of pyenv may have its own pydantic. The modules must
+    # come from the pyz's venv all the same.
+    loaded = run_pyz(node, ["-c", COMPILED_PROBE], python=python, extra_env=INTERPRETER, prove=False)
+    assert loaded.returncode == 0, loaded.stderr
+    (version, executable), modules = (line.split() for line in loaded.stdout.splitlines())
+    assert version == f"3.{minor}"
+    outside = [path for path in [executable, *modules] if not path.startswith(f"{node.home}/")]
+    assert outside == [], "everything comes from the pyz's venv in its cache under HOME"
+    args = ["check", "--root", recordings[HWLOC_WARN], "--format", "json"]
+    got = _document(run_pyz(node, args, python=python, prove=False), f"nodeagent.pyz on {python}")
+    want = _document(run_installed(node, args), "installed nodeagent")
+    assert stable(got) == stable(want)
+
+
+def _root_only() -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a tmpfs over a home needs root (running as uid {os.geteuid()})")
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare (Debian package util-linux)")
+
+
+def test_a_read_only_home_falls_back_to_a_private_temporary_cache(
+    node: Node, recordings: dict[str, str], tmp_path: Path
+) -> None:
+    """HOME on a read-only file system: pex unpacks into a fresh folder under TMPDIR, says so, and
+    removes it at exit (https://docs.pex-tool.org/api/vars.html, PEX_ROOT)."""
+    _root_only()
+    home, scratch = tmp_path / "ro-home", tmp_path / "tmp"
+    home.mkdir()
+    scratch.mkdir()
+    args = ["check", "--root", recordings[HWLOC_WARN], "--format", "json"]
+    inner = shlex.join(
+        [*_clean_env(node, {"HOME": str(home), "TMPDIR": str(scratch)}), SYSTEM_PYTHON, str(node.pyz), *args]
+    )
+    mount = f"mount -t tmpfs -o ro nodeagent-ro-home {shlex.quote(str(home))} && {inner}"
+    done = _ssh(node, shlex.join(["unshare", "--mount", "sh", "-c", mount]))
+    doc = _document(done, "nodeagent.pyz with a read-only HOME")
+    assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[HWLOC_WARN]
+    assert "un-writeable" in done.stderr and str(scratch) in done.stderr, done.stderr
+    assert list(scratch.iterdir()) == [], "the temporary cache is removed at exit"
+
+
+def test_an_unset_home_caches_under_the_users_home_from_passwd(node: Node) -> None:
+    """No HOME (a Slurm prolog, cron): the cache goes to ~/.cache/pex of the passwd entry. A tmpfs
+    over that home, in a mount namespace of its own, keeps the real one untouched."""
+    _root_only()
+    user = node.cluster.hosts[0].user
+    passwd_home = pwd.getpwnam(user).pw_dir
+    inner = shlex.join([*_clean_env(node, home=False), SYSTEM_PYTHON, str(node.pyz), "--version"])
+    listing = shlex.join(["ls", f"{passwd_home}/.cache/pex"])
+    script = f"mount -t tmpfs nodeagent-home {shlex.quote(passwd_home)} && {inner} && {listing}"
+    done = _ssh(node, shlex.join(["unshare", "--mount", "sh", "-c", script]))
+    assert done.returncode == 0, done.stderr
+    assert "version" in done.stdout and "venvs" in done.stdout.split()
+
+
+def _targets(minor: int, machine: str) -> set[Tag]:
+    """The wheel tags pip accepts for CPython 3.<minor> on `machine` with glibc 2.17 (manylinux2014)."""
+    legacy = {"x86_64": ["manylinux2014", "manylinux2010", "manylinux1"], "aarch64": ["manylinux2014"]}
+    platforms = [f"manylinux_2_{n}_{machine}" for n in range(CLAIMED_GLIBC_MINOR, 4, -1)]
+    platforms += [f"{name}_{machine}" for name in legacy[machine]]
+    version = (3, minor)
+    return set(cpython_tags(version, platforms=platforms)) | set(
+        compatible_tags(version, platforms=platforms)
+    )
+
+
+def test_the_file_holds_compiled_wheels_for_every_claimed_interpreter_and_machine(node: Node) -> None:
+    with zipfile.ZipFile(node.pyz) as pyz:
+        info = json.loads(pyz.read("PEX-INFO"))
+    wheels = [parse_wheel_filename(name) for name in info["distributions"]]
+    compiled = {str(name) for name, _, _, tags in wheels if any(t.platform != "any" for t in tags)}
+    assert compiled >= COMPILED, f"compiled projects in the pyz: {sorted(compiled)}"
+    missing = [
+        f"{project} for cp3{minor} {machine}"
+        for project in sorted(compiled)
+        for minor in CLAIMED_MINORS
+        for machine in CLAIMED_MACHINES
+        if not any(str(name) == project and tags & _targets(minor, machine) for name, _, _, tags in wheels)
+    ]
+    assert missing == []
