@@ -2,23 +2,38 @@
 snapshot back, so the checks run centrally on exactly what they declare.
 
 The node needs no nodeagent: the command carries the recorder's own sources (nodeagent.host.recorder
-and the host modules it stands on, all standard library only), compressed into one argument, and a
-tiny bootstrap that loads them as modules and calls `nodeagent.host.recorder.remote_main`. The same code
+and the host modules it stands on, all standard library only) on its standard input, and a tiny
+bootstrap that loads them as modules and calls `nodeagent.host.recorder.remote_main`. The same code
 records a node locally (`nodeagent snapshot`) and over SSH, so both give the same tree.
+
+What the node pays for is what a fleet of hundreds pays for, so the bootstrap does no more than it
+must: beside the sources travel the same modules compiled here (marshal), which a node whose
+python3 has this interpreter's bytecode (the same implementation and magic number) runs without
+compiling them; any other python3 compiles the sources. And the node's garbage collector is off: the
+recorder lives for a fraction of a second and frees what it drops by reference counting, while the
+collector's passes over its thousands of small objects were a tenth of its CPU time.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import importlib
+import importlib.util
 import inspect
 import json
+import marshal
 import shlex
+import sys
 import zlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from nodeagent import __version__
 from nodeagent.core import limits
+
+if TYPE_CHECKING:
+    from nodeagent.host.recorder import Recording
 
 # Loaded in this order on the node: each imports only the standard library and those before it.
 _PACKAGES = ("nodeagent", "nodeagent.host")
@@ -32,14 +47,22 @@ _MODULES = (
 
 # Runs on the node as `python3 -I -S -c BOOTSTRAP`, the payload on its standard input (not in argv:
 # the node's process list and every snapshot of it stay small). Modules are registered in
-# sys.modules before their code runs, as the import system does (dataclasses look theirs up).
+# sys.modules before their code runs, as the import system does (dataclasses look theirs up). The
+# compiled modules are used where the node's bytecode is this interpreter's: same implementation
+# (cache_tag) and magic number, read from the import system's frozen module, always loaded.
 BOOTSTRAP = (
-    "import json,sys,types,zlib\n"
+    "import gc,json,sys,types,zlib\n"
+    "gc.disable()\n"
     "d=json.loads(zlib.decompress(sys.stdin.buffer.read()))\n"
+    "c=d['compiled'];b=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'')\n"
+    "k=c['tag']==sys.implementation.cache_tag and c['magic']==b.hex()\n"
+    "if k:import binascii,marshal\n"
     "for n in d['packages']:\n"
     " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
-    "for n,s in d['modules']:\n"
-    " m=types.ModuleType(n);sys.modules[n]=m;exec(compile(s,'<nodeagent:'+n+'>','exec'),m.__dict__)\n"
+    "for (n,s),x in zip(d['modules'],c['modules']):\n"
+    " m=types.ModuleType(n);sys.modules[n]=m\n"
+    " x=marshal.loads(binascii.a2b_base64(x)) if k else compile(s,'<nodeagent:'+n+'>','exec')\n"
+    " exec(x,m.__dict__)\n"
     "sys.modules['nodeagent.host.recorder'].remote_main(d['spec'])\n"
 )
 
@@ -49,10 +72,28 @@ def _sources() -> tuple[tuple[str, str], ...]:
     return tuple((name, inspect.getsource(importlib.import_module(name))) for name in _MODULES)
 
 
+@functools.cache
+def _compiled() -> dict[str, object]:
+    """The modules compiled as the bootstrap would compile them (no flags inherited from this
+    module, no -O), for nodes whose interpreter reads this one's bytecode."""
+    modules = [
+        base64.b64encode(
+            marshal.dumps(compile(source, f"<nodeagent:{name}>", "exec", dont_inherit=True, optimize=0))
+        ).decode()
+        for name, source in _sources()
+    ]
+    return {
+        "tag": sys.implementation.cache_tag,
+        "magic": importlib.util.MAGIC_NUMBER.hex(),
+        "modules": modules,
+    }
+
+
 def payload(patterns: Sequence[str], commands: Sequence[Sequence[str]], command_timeout: float) -> bytes:
     doc = {
         "packages": list(_PACKAGES),
         "modules": [list(m) for m in _sources()],
+        "compiled": _compiled(),
         "spec": {
             "patterns": list(patterns),
             "commands": [list(c) for c in commands],
@@ -73,28 +114,58 @@ def command(python: str) -> str:
 def check_size(stream: bytes, cap: int | None = None) -> None:
     """ValueError when the pull stream `stream` decompresses to more than `cap` bytes (default
     NODEAGENT_MAX_RECORDING_MIB), found while decompressing in bounded pieces, so a zlib bomb (2 MB
-    that inflate to gigabytes) costs one piece of memory at a time; then nodeagent.host.recorder.decode
-    can inflate it whole. A stream that is not a recording is left to decode to name."""
+    that inflate to gigabytes) costs one piece of memory at a time. A stream that is not a
+    recording, or a corrupt one, is left to nodeagent.host.recorder.decode to name."""
     from nodeagent.host.recorder import PULL_MAGIC
 
-    if not stream.startswith(PULL_MAGIC):
-        return
-    limit = limits.limit_bytes("NODEAGENT_MAX_RECORDING_MIB") if cap is None else cap
+    if stream.startswith(PULL_MAGIC):
+        _inflate(stream[len(PULL_MAGIC) :], _cap(cap), keep=False)
+
+
+def read(stream: bytes, cap: int | None = None) -> Recording:
+    """The recording in the pull stream `stream`, inflated in one pass that stops as soon as it
+    passes `cap` bytes (default NODEAGENT_MAX_RECORDING_MIB): a zlib bomb costs at most the cap, as
+    the largest recording allowed does. ValueError naming what is wrong otherwise (not a recording,
+    truncated, corrupt, too large)."""
+    from nodeagent.host import recorder
+
+    if not stream.startswith(recorder.PULL_MAGIC):
+        return recorder.decode(stream)  # names what it is instead
+    body = _inflate(stream[len(recorder.PULL_MAGIC) :], _cap(cap), keep=True)
+    return recorder.decode_body(body)
+
+
+def _cap(cap: int | None) -> int:
+    return limits.limit_bytes("NODEAGENT_MAX_RECORDING_MIB") if cap is None else cap
+
+
+_PIECE = 1 << 20  # what one step of inflating may produce
+
+
+def _inflate(data: bytes, cap: int, keep: bool) -> bytes:
+    """`data` inflated (b"" unless `keep`), in pieces of _PIECE, stopping with ValueError as soon as
+    the output passes `cap`, or when the stream is corrupt or ends before its end (keep only)."""
     inflate = zlib.decompressobj()
+    pieces: list[bytes] = []
     size = 0
-    piece = 1 << 20
-    data = stream[len(PULL_MAGIC) :]
     try:
         while not inflate.eof:
-            chunk = inflate.decompress(data, piece)
+            chunk = inflate.decompress(data, _PIECE)
             data = inflate.unconsumed_tail
             size += len(chunk)
-            if not chunk and not data:
-                break  # all of the input read (a truncated stream: decode names it)
-            if size > limit:
+            if size > cap:
                 raise ValueError(
-                    f"it decompresses to more than {limit / limits.MiB:g} MiB "
+                    f"it decompresses to more than {cap / limits.MiB:g} MiB "
                     "(limit NODEAGENT_MAX_RECORDING_MIB)"
                 )
-    except zlib.error:
-        return  # decode names the corruption
+            if keep:
+                pieces.append(chunk)
+            if not chunk and not data:
+                break  # all of the input read
+    except zlib.error as e:
+        if not keep:
+            return b""  # decode names the corruption
+        raise ValueError(f"a truncated or corrupt recording ({e})") from None
+    if keep and not inflate.eof:
+        raise ValueError("a truncated or corrupt recording (the stream ends before its end)")
+    return b"".join(pieces)

@@ -16,6 +16,7 @@ from typing import Any
 
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.compare import fleet
+from nodeagent.compare.values import Value
 from nodeagent.core.finding import Finding, Status, worst
 
 
@@ -47,11 +48,7 @@ class FleetReport:
     ) -> FleetReport:
         """The report; with `compare`, a host whose hardware counts are below the fleet majority's
         gets a finding at `lost_hardware` (fleet.below_majority) in its own document."""
-        values = {
-            name: fleet.host_values(o.facts, (o.doc or {}).get("findings", []))
-            for name, o in outcomes.items()
-            if o.ok
-        }
+        values = {name: _values_of(o) for name, o in outcomes.items() if o.ok}
         comparison = fleet.compare(values) if compare else fleet.FleetComparison(len(values), [], [])
         short = fleet.below_majority(comparison, lost_hardware)
         return cls(
@@ -87,6 +84,14 @@ class FleetReport:
         if self.extra:
             doc |= self.extra
         return doc
+
+
+def _values_of(outcome: HostOutcome) -> dict[str, Value]:
+    """The host's comparable values: computed by the job where it ran (the runner's worker
+    processes), else here."""
+    if outcome.values is not None:
+        return outcome.values
+    return fleet.host_values(outcome.facts, (outcome.doc or {}).get("findings", []))
 
 
 def _with(outcome: HostOutcome, found: list[Finding]) -> HostOutcome:

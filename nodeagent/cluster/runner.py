@@ -5,34 +5,47 @@ failed, host key rejected, timeout, nodeagent missing, remote error) that never 
 Hosts run on nodeagent.core.pool's bounded daemon threads, each within its connect + command time
 limit, so a host that stops answering mid-run costs its limit and no more.
 
+The controller's own work per host is Python: the SSH handshake (paramiko), inflating and decoding
+the pulled recording, the checks and facts on it. Threads share one interpreter lock, so on one
+process that work ran on one core however many the controller has. A fleet of many hosts is split
+over forked worker processes (nodeagent.core.pool.in_processes), one per core, each running its
+share of the hosts exactly as a single process runs all of them (same jobs, threads, time limits)
+and sending each HostOutcome back as it is done; the fleet comparison and the report stay here.
+
 Jobs:
 - CheckJob, agentless (default): one SSH command records exactly what the checks declare with the
   node's own python3 (nodeagent.cluster.pull), and the checks and facts run here, on that snapshot;
 - CheckJob with remote_agent: `nodeagent check --format json --facts` on the node, JSON parsed;
 - AgentJob: any other nodeagent command on the node (`tune`, `bench`), its JSON gathered.
+
+`replay_fleet` runs the agentless central part (decode, checks, facts, comparable values) on pull
+streams recorded earlier, on the same processes: the controller's work without the network.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 import shlex
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nodeagent.cluster import DEFAULT_PARALLEL, ssh
 from nodeagent.cluster.ssh import HostError
 from nodeagent.core import limits, pool
+from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
     from fabric import Connection
 
     from nodeagent.api.check import Check
     from nodeagent.cluster.inventory.load import HostSpec, Inventory
+    from nodeagent.compare.values import Value
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
 
@@ -48,6 +61,28 @@ COMMAND_TIMEOUT_S = 30.0
 # A remote command that exits with this was not found by the node's shell (POSIX: 127).
 _NOT_FOUND = 127
 
+# Worker processes for a fleet (see the module docstring): one per core this process may run on, at
+# most MAX_PROCESSES, and only with at least MIN_HOSTS_PER_PROCESS hosts each. A worker costs about
+# 0.1 s of CPU (its first checks compile the regular expressions and fill the caches this process
+# never filled, and it copies the memory pages it writes to), while a host costs about 20 ms
+# (tests/perf/cluster_replay.py): with 64 hosts each, that is under a tenth of a worker's work.
+# NODEAGENT_PROCESSES sets the number (1: everything in this process).
+MAX_PROCESSES = 16
+MIN_HOSTS_PER_PROCESS = 64
+PROCESSES_ENV = "NODEAGENT_PROCESSES"
+# What checking a pulled recording loads on first use (CheckJob.evaluate).
+_EVALUATION_MODULES = (
+    "nodeagent.engine",
+    "nodeagent.cluster.pull",
+    "nodeagent.compare.fleet",
+    "nodeagent.facts.node",
+    "nodeagent.host.archive",
+    "nodeagent.host.snapshot",
+)
+# A worker that sends nothing for this long beyond a host's whole time limit is stuck (each of its
+# hosts finishes or is cut within its limit, so results come at least that often) and is stopped.
+_WORKER_QUIET_SLACK_S = 30.0
+
 
 @dataclass
 class HostOutcome:
@@ -58,6 +93,10 @@ class HostOutcome:
     error: HostError | None = None
     duration_s: float = 0.0
     groups: tuple[str, ...] = ()
+    # The host's comparable values (nodeagent.compare.values.host_values of its facts and findings)
+    # when the job computed them beside the checks, on the worker processes; else FleetReport.build
+    # computes them.
+    values: dict[str, Value] | None = None
 
     @property
     def ok(self) -> bool:
@@ -72,6 +111,14 @@ class HostOutcome:
 
 class Job(Protocol):
     def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome: ...
+
+
+def _values(outcome: HostOutcome) -> HostOutcome:
+    """`outcome` with its comparable values, computed where the job ran."""
+    from nodeagent.compare import fleet
+
+    outcome.values = fleet.host_values(outcome.facts, (outcome.doc or {}).get("findings", []))
+    return outcome
 
 
 def _agent_json(spec: HostSpec, conn: Connection, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
@@ -111,6 +158,9 @@ class CheckJob:
     remote_agent: bool = False
     playbook: Playbook | None = None  # its thresholds judge each host's values here
     baseline: Baseline | None = None
+    # Its work here is CPU in Python (checks on every pulled recording) and reads only: worth
+    # spreading over worker processes.
+    spread: ClassVar[bool] = True
 
     def declared(self) -> tuple[list[str], list[tuple[str, ...]]]:
         from nodeagent.api.check import declared_commands, declared_paths
@@ -128,6 +178,17 @@ class CheckJob:
         patterns, commands = self.declared()
         return pull.payload(patterns, commands, COMMAND_TIMEOUT_S)
 
+    def prepare(self) -> None:
+        """Build what every host shares before the worker processes fork, so that they inherit it
+        instead of each building it: the pull payload, the modules the checks and facts load on
+        first use."""
+        for module in _EVALUATION_MODULES:
+            importlib.import_module(module)
+        if not self.remote_agent:
+            _ = self.pull_payload
+        if self.playbook is not None or self.baseline is not None:
+            importlib.import_module("nodeagent.gate.judge")
+
     def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome:
         if self.remote_agent:
             ids = ",".join(c.id for c in self.checks)
@@ -140,15 +201,16 @@ class CheckJob:
                 finding["host"] = spec.name
             facts = doc.pop("facts", None)
             _check_report(spec, doc)
-            return HostOutcome(spec.name, spec.address, doc, facts if isinstance(facts, dict) else None)
-        return self._agentless(spec, conn)
+            return _values(
+                HostOutcome(spec.name, spec.address, doc, facts if isinstance(facts, dict) else None)
+            )
+        stream = self.pull(spec, conn)
+        _close(conn)  # the node's session ends now, not after the checks here
+        return self.evaluate(spec, stream)
 
-    def _agentless(self, spec: HostSpec, conn: Connection) -> HostOutcome:
-        from nodeagent import engine
+    def pull(self, spec: HostSpec, conn: Connection) -> bytes:
+        """The node's recording, as the pull stream it sent (nodeagent.cluster.pull)."""
         from nodeagent.cluster import pull
-        from nodeagent.facts import node
-        from nodeagent.host import SnapshotHost, recorder
-        from nodeagent.host.archive import MemoryTree
 
         out = ssh.run(conn, pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
         if out.exited != 0 or not out.stdout:
@@ -162,9 +224,18 @@ class CheckJob:
                     "--remote-agent",
                 )
             raise HostError(ssh.REMOTE, f"recording {spec.name} failed: {last}")
+        return out.stdout
+
+    def evaluate(self, spec: HostSpec, stream: bytes) -> HostOutcome:
+        """The checks and facts on the recording in `stream`, with the host's comparable values."""
+        from nodeagent import engine
+        from nodeagent.cluster import pull
+        from nodeagent.facts import node
+        from nodeagent.host import SnapshotHost
+        from nodeagent.host.archive import MemoryTree
+
         try:
-            pull.check_size(out.stdout)
-            rec = recorder.decode(out.stdout)
+            rec = pull.read(stream)
         except ValueError as e:
             raise HostError(ssh.REMOTE, f"the recording pulled from {spec.name} is unreadable: {e}") from None
         host = SnapshotHost(spec.name, tree=MemoryTree(rec.dirs, rec.links, rec.files))
@@ -180,7 +251,7 @@ class CheckJob:
 
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
                 report.results += judge.extra_results(values, self.playbook, self.baseline, spec.name)
-            return HostOutcome(spec.name, spec.address, report.to_dict(), facts)
+            return _values(HostOutcome(spec.name, spec.address, report.to_dict(), facts))
 
 
 def _check_report(spec: HostSpec, doc: dict[str, Any]) -> None:
@@ -223,39 +294,162 @@ def run_fleet(
     parallel: int = DEFAULT_PARALLEL,
     accept_new_host_keys: bool = False,
     on_done: Callable[[HostOutcome], None] | None = None,
+    processes: int | None = None,
 ) -> dict[str, HostOutcome]:
-    """`job` on every host, `parallel` at a time; the outcomes in inventory order."""
+    """`job` on every host, `parallel` at a time, over `processes` worker processes (None: one per
+    core for a job that spreads and a fleet large enough, see processes_for); the outcomes in
+    inventory order. `on_done` is called here, in this thread, as each host finishes."""
     keys = ssh.HostKeys.default(inventory.known_hosts, accept_new_host_keys)
-    connections: dict[str, Connection] = {}
-    lock = threading.Lock()
+    count = processes_for(job, len(inventory.hosts)) if processes is None else processes
+    return _gather(inventory.hosts, _OverSSH(job, keys), parallel, count, on_done)
 
-    def one(spec: HostSpec) -> HostOutcome:
+
+def replay_fleet(
+    streams: Mapping[str, bytes],
+    job: CheckJob,
+    parallel: int = DEFAULT_PARALLEL,
+    on_done: Callable[[HostOutcome], None] | None = None,
+    processes: int | None = None,
+    hosts: Sequence[HostSpec] | None = None,
+) -> dict[str, HostOutcome]:
+    """The agentless fleet's central work on pull streams recorded earlier (host name -> what its
+    pull sent): decoding, checks, facts and comparable values, on the same worker processes as
+    run_fleet. `hosts` gives their inventory entries (default: each name as its address)."""
+    from nodeagent.cluster.inventory.load import HostSpec
+
+    specs = tuple(hosts) if hosts is not None else tuple(HostSpec(name, name) for name in streams)
+    count = processes_for(job, len(specs)) if processes is None else processes
+    return _gather(specs, _Recorded(job, streams), parallel, count, on_done)
+
+
+def processes_for(job: Job, hosts: int) -> int:
+    """How many processes a fleet of `hosts` runs `job` on: NODEAGENT_PROCESSES when set; else one
+    per usable core (at most MAX_PROCESSES, at least MIN_HOSTS_PER_PROCESS hosts each) for a job
+    whose work here is worth spreading, and 1 (this process alone) otherwise."""
+    given = os.environ.get(PROCESSES_ENV, "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise UsageError(
+                f"{PROCESSES_ENV}={given!r}: expected a whole number of processes, at least 1 "
+                "(1 runs everything in nodeagent's own process)"
+            )
+        wanted = int(given)
+    elif getattr(job, "spread", False):
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        wanted = min(cpus, MAX_PROCESSES, hosts // MIN_HOSTS_PER_PROCESS)
+    else:
+        wanted = 1
+    return max(1, min(wanted, hosts)) if pool.can_fork() else 1
+
+
+class _Reach(Protocol):
+    """How the runner gets one host's outcome: over SSH, or from a recording."""
+
+    def prepare(self) -> None:
+        """What every host shares, built before worker processes fork."""
+
+    def __call__(self, spec: HostSpec) -> HostOutcome:
+        """The host's outcome; never raises (an error is the outcome's)."""
+
+    def abandon(self, spec: HostSpec) -> None:
+        """Free what an overdue host holds (its thread is left behind)."""
+
+
+class _OverSSH:
+    """`job` on each host over its own SSH connection."""
+
+    def __init__(self, job: Job, keys: ssh.HostKeys) -> None:
+        self.job = job
+        self.keys = keys
+        self.connections: dict[str, Connection] = {}
+        self.lock = threading.Lock()
+
+    def prepare(self) -> None:
+        self.keys.preload()
+        prepare = getattr(self.job, "prepare", None)
+        if prepare is not None:
+            prepare()
+
+    def __call__(self, spec: HostSpec) -> HostOutcome:
         start = time.monotonic()
         try:
-            conn = ssh.connection(spec, keys)
-            with lock:
-                connections[spec.name] = conn
-            ssh.open_connection(conn, spec, keys, _CPU_BOUND)
-            outcome = job(spec, conn)
+            conn = ssh.connection(spec, self.keys)
+            with self.lock:
+                self.connections[spec.name] = conn
+            ssh.open_connection(conn, spec, self.keys, _CPU_BOUND)
+            outcome = self.job(spec, conn)
         except HostError as e:
             outcome = HostOutcome(spec.name, spec.address, error=e)
         except Exception as e:  # a bug or a protocol surprise on one host never stops the fleet
-            outcome = HostOutcome(spec.name, spec.address, error=_classified(e, spec, keys))
+            outcome = HostOutcome(spec.name, spec.address, error=_classified(e, spec, self.keys))
         finally:
-            _close(connections.get(spec.name))
+            _close(self.connections.get(spec.name))
         outcome.duration_s = time.monotonic() - start
         outcome.groups = spec.groups
         return outcome
 
-    def limit(spec: HostSpec) -> float:
-        return spec.connect_timeout + spec.command_timeout + _SLACK_S
+    def abandon(self, spec: HostSpec) -> None:
+        _close(self.connections.get(spec.name))  # unblocks the abandoned thread's socket reads
 
+
+class _Recorded:
+    """`job`'s central work on each host's recorded pull stream."""
+
+    def __init__(self, job: CheckJob, streams: Mapping[str, bytes]) -> None:
+        self.job = job
+        self.streams = streams
+
+    def prepare(self) -> None:
+        self.job.prepare()
+
+    def __call__(self, spec: HostSpec) -> HostOutcome:
+        start = time.monotonic()
+        try:
+            outcome = self.job.evaluate(spec, self.streams[spec.name])
+        except HostError as e:
+            outcome = HostOutcome(spec.name, spec.address, error=e)
+        except Exception as e:  # as over SSH: one host's surprise is its own error
+            error = HostError(ssh.REMOTE, f"{spec.name}: {type(e).__name__}: {e}")
+            outcome = HostOutcome(spec.name, spec.address, error=error)
+        outcome.duration_s = time.monotonic() - start
+        outcome.groups = spec.groups
+        return outcome
+
+    def abandon(self, spec: HostSpec) -> None:
+        return None
+
+
+def _limit(spec: HostSpec) -> float:
+    return spec.connect_timeout + spec.command_timeout + _SLACK_S
+
+
+def _gather(
+    hosts: Sequence[HostSpec],
+    reach: _Reach,
+    parallel: int,
+    processes: int,
+    on_done: Callable[[HostOutcome], None] | None,
+) -> dict[str, HostOutcome]:
+    processes = min(processes, parallel)  # --parallel 1 is one host at a time, whatever the processes
+    if processes > 1:
+        stream = _on_processes(hosts, reach, parallel, processes)
+    else:
+        stream = _on_threads(hosts, reach, parallel)
     results: dict[str, HostOutcome] = {}
-    for done in pool.bounded(inventory.hosts, one, parallel, limit, "nodeagent-host"):
+    for outcome in stream:
+        results[outcome.name] = outcome
+        if on_done is not None:
+            on_done(outcome)
+    return {spec.name: results[spec.name] for spec in hosts}
+
+
+def _on_threads(hosts: Sequence[HostSpec], reach: _Reach, parallel: int) -> Iterator[HostOutcome]:
+    """Every host's outcome, `parallel` hosts at a time on this process's threads."""
+    for done in pool.bounded(hosts, reach, parallel, _limit, "nodeagent-host"):
         spec = done.item
         if isinstance(done.outcome, pool.Overdue):
-            _close(connections.get(spec.name))  # unblocks the abandoned thread's socket reads
-            outcome = HostOutcome(
+            reach.abandon(spec)
+            yield HostOutcome(
                 spec.name,
                 spec.address,
                 error=HostError(ssh.TIMEOUT, f"{spec.name} did not finish within {done.outcome.limit_s:g}s"),
@@ -263,11 +457,35 @@ def run_fleet(
                 groups=spec.groups,
             )
         else:
-            outcome = done.outcome
-        results[spec.name] = outcome
-        if on_done is not None:
-            on_done(outcome)
-    return {spec.name: results[spec.name] for spec in inventory.hosts}
+            yield done.outcome
+
+
+def _on_processes(
+    hosts: Sequence[HostSpec], reach: _Reach, parallel: int, processes: int
+) -> Iterator[HostOutcome]:
+    """Every host's outcome, the hosts shared out over `processes` worker processes that each run
+    their share as _on_threads does, `parallel` hosts at a time in all."""
+    reach.prepare()
+    threads = max(1, parallel // processes)  # never more than `parallel` at once (processes <= parallel)
+
+    def share(specs: Sequence[HostSpec]) -> Iterator[tuple[int, HostOutcome]]:
+        index = {spec.name: i for i, spec in enumerate(specs)}
+        for outcome in _on_threads(specs, reach, threads):
+            yield index[outcome.name], outcome
+
+    quiet_s = max(_limit(spec) for spec in hosts) + _WORKER_QUIET_SLACK_S
+    start = time.monotonic()
+    for spec, result in pool.in_processes(hosts, share, processes, quiet_s):
+        if isinstance(result, pool.Lost):
+            yield HostOutcome(
+                spec.name,
+                spec.address,
+                error=HostError(ssh.CONTROLLER, f"no result for {spec.name}: {result.reason}"),
+                duration_s=time.monotonic() - start,
+                groups=spec.groups,
+            )
+        else:
+            yield result
 
 
 def _classified(exc: Exception, spec: HostSpec, keys: ssh.HostKeys) -> HostError:
