@@ -43,7 +43,7 @@ from typing import IO, Protocol
 
 import pytest
 
-from tests.sshcluster import NETNS_DIR, _netns_probe, _remove_network, _run_batch, _which
+from tests.sshcluster import NETNS_DIR, _netns_probe, _remove_network, _run_batch, _which, free_subnet
 
 # The programs a cluster runs, and the Debian package of each (slurm-wlm pulls in the Slurm ones).
 TOOLS = {
@@ -68,7 +68,6 @@ BRIDGE_OCTET = 254
 # test clusters' 10.200-249 range, so the two kinds never race for the same /24.
 SUBNET_SECOND_BASE = 250
 SUBNET_SECOND_OCTETS = 5
-SUBNET_THIRD_OCTETS = 250
 SLOT_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 IFNAME_MAX = 15
 # A pytest process's own names: sl<pid><slot>n<i> (node namespace), sl<pid><slot>c (controller
@@ -440,23 +439,8 @@ class SlurmCluster:
             shutil.rmtree(folder, ignore_errors=True)
 
     def _choose_network(self) -> ipaddress.IPv4Network:
-        """The first /24 from this pid's starting point that overlaps no address or route here."""
-        used = []
-        for argv in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
-            for word in re.findall(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?\b", out):
-                used.append(ipaddress.ip_network(word, strict=False))
-        candidates = SUBNET_SECOND_OCTETS * SUBNET_THIRD_OCTETS
         assert self._slot is not None
-        start = (os.getpid() + SLOT_LETTERS.index(self._slot) * 101) % candidates
-        for step in range(candidates):
-            n = (start + step) % candidates
-            net = ipaddress.IPv4Network(
-                f"10.{SUBNET_SECOND_BASE + n % SUBNET_SECOND_OCTETS}.{n // SUBNET_SECOND_OCTETS}.0/24"
-            )
-            if not any(net.overlaps(other) for other in used if other.prefixlen > 0):
-                return net
-        raise RuntimeError("no free 10.250-254.x.0/24 subnet for the Slurm test cluster")
+        return free_subnet(self._slot, SUBNET_SECOND_BASE, SUBNET_SECOND_OCTETS, "the Slurm test cluster")
 
     def _plan(self) -> None:
         assert self._network is not None

@@ -593,23 +593,8 @@ class SSHCluster:
             _remove_network(namespaces, veths, bridges)
 
     def _choose_network(self) -> ipaddress.IPv4Network:
-        """The first /24 from this pid's starting point that overlaps no address or route here."""
-        used = []
-        for argv in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
-            for word in re.findall(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?\b", out):
-                used.append(ipaddress.ip_network(word, strict=False))
-        candidates = SUBNET_SECOND_OCTETS * SUBNET_THIRD_OCTETS
         assert self._slot is not None
-        start = (os.getpid() + SLOT_LETTERS.index(self._slot) * 101) % candidates
-        for step in range(candidates):
-            n = (start + step) % candidates
-            net = ipaddress.IPv4Network(
-                f"10.{200 + n % SUBNET_SECOND_OCTETS}.{n // SUBNET_SECOND_OCTETS}.0/24"
-            )
-            if not any(net.overlaps(other) for other in used if other.prefixlen > 0):
-                return net
-        raise RuntimeError("no free 10.200-249.x.0/24 subnet for the test cluster")
+        return free_subnet(self._slot, 200, SUBNET_SECOND_OCTETS, "the test cluster")
 
     def _plan_host(self, i: int) -> TestHost:
         name = f"h{i}"
@@ -824,6 +809,25 @@ class SSHCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
+
+
+def free_subnet(slot: str, second_base: int, second_octets: int, what: str) -> ipaddress.IPv4Network:
+    """The first 10.<second_base + i>.<j>.0/24 (i < second_octets, j < SUBNET_THIRD_OCTETS) from this
+    pid's and slot's starting point that overlaps no address or route here."""
+    used = []
+    for argv in (["ip", "-4", "-o", "addr", "show"], ["ip", "-4", "route", "show", "table", "all"]):
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+        for word in re.findall(r"\b\d+\.\d+\.\d+\.\d+(?:/\d+)?\b", out):
+            used.append(ipaddress.ip_network(word, strict=False))
+    candidates = second_octets * SUBNET_THIRD_OCTETS
+    start = (os.getpid() + SLOT_LETTERS.index(slot) * 101) % candidates
+    for step in range(candidates):
+        n = (start + step) % candidates
+        net = ipaddress.IPv4Network(f"10.{second_base + n % second_octets}.{n // second_octets}.0/24")
+        if not any(net.overlaps(other) for other in used if other.prefixlen > 0):
+            return net
+    last = second_base + second_octets - 1
+    raise RuntimeError(f"no free 10.{second_base}-{last}.x.0/24 subnet for {what}")
 
 
 def _start_batch(argv: list[str], commands: Sequence[str]) -> subprocess.Popen[str]:

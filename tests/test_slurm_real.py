@@ -332,9 +332,16 @@ def test_closing_the_cluster_leaves_nothing_behind(slurm_cluster_factory: SlurmC
     small.wait_for("n1", lambda state, _: state.startswith(("ALLOCATED", "MIXED")))
     namespaces = small.namespaces
     assert len(namespaces) == 2  # the controller's and n1's
-    inside = processes_in(namespaces)
-    names = {proc.name() for proc in inside}
-    assert {"munged", "slurmctld", "slurmd", "slurmstepd", "sleep"} <= names, (names, job_id)
+    # ALLOCATED comes before the batch step's slurmstepd has started the job: wait for it.
+    wanted = {"munged", "slurmctld", "slurmd", "slurmstepd", "sleep"}
+    deadline = time.monotonic() + 30
+    while True:
+        inside = processes_in(namespaces)
+        names = {proc.name() for proc in inside}
+        if wanted <= names or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert wanted <= names, (names, job_id)
     bridge = Path("/sys/class/net", small.bridge)
     assert bridge.exists()
 
