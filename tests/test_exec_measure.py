@@ -276,13 +276,19 @@ def _exec_measure(tmp_path: Path, code: str, **env: str) -> subprocess.Popen[str
     script = tmp_path / "job.py"
     script.write_text(code)
     return subprocess.Popen(
-        [*EXE, "--measure", "--", sys.executable, str(script)],
+        [*DEFAULT_SIGNALS, *EXE, "--measure", "--", sys.executable, str(script)],
         stdin=subprocess.DEVNULL,  # no terminal: every signal is nodeagent's to pass on
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(tmp_path, **env),
     )
+
+
+# nodeagent leaves alone a signal it was started ignoring (nohup's SIGHUP, a background job's SIGINT),
+# as shells do; the tests start it as a terminal would, every disposition the default (env execs it:
+# the same process receives the signals).
+DEFAULT_SIGNALS = ("env", "--default-signal=INT,HUP,TERM")
 
 
 def test_the_jobs_exit_code_is_nodeagents(tmp_path: Path) -> None:
