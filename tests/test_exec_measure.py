@@ -288,7 +288,7 @@ def _exec_measure(tmp_path: Path, code: str, **env: str) -> subprocess.Popen[str
 # nodeagent leaves alone a signal it was started ignoring (nohup's SIGHUP, a background job's SIGINT),
 # as shells do; the tests start it as a terminal would, every disposition the default (env execs it:
 # the same process receives the signals).
-DEFAULT_SIGNALS = ("env", "--default-signal=INT,HUP,TERM")
+DEFAULT_SIGNALS = (shutil.which("env") or "/usr/bin/env", "--default-signal=INT,HUP,TERM")
 
 
 def test_the_jobs_exit_code_is_nodeagents(tmp_path: Path) -> None:
