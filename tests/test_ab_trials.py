@@ -370,3 +370,22 @@ def test_history_shows_the_records_and_names_a_bad_line(
     assert code == 64
     assert f"{history.path()}:2:" in err
     assert "Traceback" not in err
+
+
+def test_each_side_of_the_builtin_workload_keeps_its_own_xla_cache() -> None:
+    """A side's later workers reuse what its first one compiled, never the other side's program
+    (a profile may change XLA's flags); flags the side already had are kept."""
+    argv = [sys.executable, "-c", "pass"]
+    work = ab.BuiltinWorkload(
+        ab.Side(ab.A, argv, {"TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}), ab.Side(ab.B, argv, {}), 1, 1.0
+    )
+    try:
+        a, b = (work.sides[s].env["TF_XLA_FLAGS"].split() for s in (ab.A, ab.B))
+        assert a[0] == "--tf_xla_auto_jit=2"
+        cache_a, cache_b = (f[-1].partition("=")[2] for f in (a, b))
+        assert a[-1].startswith("--tf_xla_persistent_cache_directory=") and b[-1].startswith(
+            "--tf_xla_persistent_cache_directory="
+        )
+        assert cache_a != cache_b and Path(cache_a).parent == Path(cache_b).parent == work.folder
+    finally:
+        work.close()

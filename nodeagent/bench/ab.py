@@ -14,10 +14,10 @@ Design (the statistics are nodeagent.bench.paired's; this module runs the trials
   `nodeagent exec --profile P`): a block is one A trial and one B trial.
 - The **built-in workload** starts one worker process per side per block (concurrently), warms
   both up once, and then measures them alternately, many short repeats each (`worker --serve`);
-  the block's value is the median of its pairs' log ratios. Processes differ from each other (thread
-  placement, memory layout, tf.data's autotuning: measured here at about 3% between two processes
-  of the same configuration), so a block is a pair of processes and the analysis counts blocks,
-  not repeats: repeats of the same two processes would make a process's luck look like an effect.
+  the block's value is the median of its pairs' log ratios. Processes may differ from each other
+  (thread placement, memory layout, tf.data's autotuning), so a block is a pair of processes and
+  the analysis counts blocks, not repeats: repeats of the same two processes would make a
+  process's luck look like an effect.
 - Runtime-scope changes (sysfs, /proc/sys) are switched before every trial to the side's state
   (nodeagent.tuning.toggle), through the journal that applied them.
 - A trial during which other processes took more than run.BUSY_SHARE of the CPUs (psutil's
@@ -513,12 +513,12 @@ class BuiltinWorkload:
     metric = IMAGES
 
     def __init__(self, a: Side, b: Side, pairs_per_block: int, timeout_s: float) -> None:
-        self.sides = {A: a, B: b}
+        self.folder = Path(tempfile.mkdtemp(prefix="nodeagent-verify-"))
+        self.sides = {s.name: _xla_cached(s, self.folder / f"xla-{s.name}") for s in (a, b)}
         self.pairs_per_block = pairs_per_block
         self.timeout_s = timeout_s
         self.trials = 0
         self.ready: dict[str, dict[str, Any]] = {}
-        self.folder = Path(tempfile.mkdtemp(prefix="nodeagent-verify-"))
 
     def block(self, number: int, order: tuple[str, str], switch: Switch, on_trial: TrialFn) -> Block:
         out = Block(number, order)
@@ -595,6 +595,16 @@ class BuiltinWorkload:
         import shutil
 
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _xla_cached(side: Side, folder: Path) -> Side:
+    """`side` with its own persistent XLA compilation cache: a side's workers after the first load
+    the program its first worker compiled (about 2.5 s of CPU each here) instead of compiling it
+    again. One cache per side, so that each side runs what its own settings compile (a profile may
+    change XLA's flags). TF_XLA_FLAGS is read by TensorFlow's XLA bridge
+    (tensorflow/compiler/jit/flags.cc); a later flag overrides an earlier one."""
+    flags = f"{side.env.get('TF_XLA_FLAGS', '')} --tf_xla_persistent_cache_directory={folder}".strip()
+    return Side(side.name, side.argv, {**side.env, "TF_XLA_FLAGS": flags})
 
 
 def _disturbed(busy0: float | None, own0: float, worker_cpu: float, wall: float) -> str | None:

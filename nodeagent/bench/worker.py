@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from nodeagent.bench import CONFIGS, DEFAULT, TRAINING_CONFIGS, data, model, pipeline
 from nodeagent.hooks import sitecustomize as tf_data_hook
@@ -307,17 +307,16 @@ def run(
     first_step_s, warmup_s = warm_up(steps, warmup)
     if args.serve:
         serve(tf, args, steps)
-        return {}
     timings = timed_loop(steps.one_step, steps.finish, args.steps, args.repeats, args.batch)
     details = RunDetails(warmup, "GPU:0" if gpu else "CPU", import_s, setup_s, first_step_s, warmup_s)
     return result(tf, args, manifest, details, steps.options, timings)
 
 
-def serve(tf: Any, args: argparse.Namespace, steps: Steps) -> None:
+def serve(tf: Any, args: argparse.Namespace, steps: Steps) -> NoReturn:
     """A/B trials: one timed repeat of `--steps` steps per `run` line on stdin, its figures as one
-    JSON line on stdout; end of input ends the process. The process is started and warmed up once
-    and then measured many times, interleaved with the other side's process, so a trial costs a
-    fraction of a second instead of a start-up and an XLA compilation."""
+    JSON line on stdout; end of input ends the process at once. The process is started and warmed
+    up once and then measured many times, interleaved with the other side's process, so a trial
+    costs a fraction of a second instead of a start-up and an XLA compilation."""
     intra, inter = effective_threads(tf)
     ready: dict[str, Any] = {"ready": True, "intra_op_threads": intra, "inter_op_threads": inter}
     ready |= {"tf_version": tf.__version__, "tf_data_options": steps.options}
@@ -332,6 +331,10 @@ def serve(tf: Any, args: argparse.Namespace, steps: Steps) -> None:
         figures = {"images_per_s": t.images_per_s[0], "input_wait_fraction": wait, "cpu_s": t.cpu_s}
         sys.stdout.write(json.dumps(figures) + "\n")
         sys.stdout.flush()
+    # Every figure is out. Releasing the pipeline's iterator waits for its tf.data threads: about 9
+    # s here, every other process, while the next block's start-up waits for this one to end.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,9 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: {e}: install TensorFlow with: {data.INSTALL_HINT}", file=sys.stderr)
         return 1
     tf.get_logger().setLevel("ERROR")  # Python-side warnings (retracing notices); errors still raise
-    result = run(tf, keras, args, manifest, time.perf_counter() - start)
-    if args.serve:
-        return 0
+    result = run(tf, keras, args, manifest, time.perf_counter() - start)  # --serve: never returns
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()
     return 0
