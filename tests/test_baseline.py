@@ -3,6 +3,7 @@ copy of it, and a fleet of copies where the majority decides; corrupt files are 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tarfile
@@ -19,7 +20,7 @@ from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
 from nodeagent.gate import baseline
 from nodeagent.host import SnapshotHost
-from tests.helpers import SYSFS_FIXTURES
+from tests.helpers import FIXTURE_TREES, SYSFS_FIXTURES, fixture_host
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 SWAPPINESS = "check.kernel.vm.swappiness./proc/sys/vm/swappiness"
@@ -316,3 +317,12 @@ def test_save_replaces_the_file_whole(tmp_path: Path, vm_values: dict[str, Value
         baseline.save({"vm": vm_values}, tmp_path / "no" / "b.json", "vm")
     with pytest.raises(UsageError, match="no host"):
         baseline.save({}, path, "none")
+
+
+@pytest.mark.parametrize("tree", FIXTURE_TREES)
+def test_node_facts_are_the_records_as_asdict_gives_them(tree: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts document converts its records without dataclasses.asdict's deep copy, to the same
+    dicts and lists."""
+    fast = node.collect(fixture_host(tree))
+    monkeypatch.setattr(node, "_plain", dataclasses.asdict)
+    assert fast == node.collect(fixture_host(tree))

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import glob
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodeagent.checks import cstates
 from nodeagent.checks.cstates import CPU_DIR, CPUFREQ_DIR, CPUIDLE_DIR, Facts, FreqPolicy, IdleState, Params
 from nodeagent.core.finding import Finding, Status
+from nodeagent.facts import system
 from nodeagent.host import LocalHost
 from tests.helpers import FIXTURE_TREES, fixture_host, make_tree
 
@@ -427,3 +431,15 @@ def test_declared_paths_cover_what_collect_reads() -> None:
     assert f"{CPUFREQ_DIR}/policy*/energy_performance_preference" in paths
     assert f"{CPU_DIR}/intel_pstate/no_turbo" in paths and f"{CPU_DIR}/amd_pstate/status" in paths
     assert "/proc/cmdline" in paths
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab=_-.,:/ \t\r\n\x0b\x0c\xa0\"'\\#")), max_size=60))
+@settings(max_examples=400, deadline=None)
+def test_the_kernel_command_line_splits_as_shlex_does(cmdline: str) -> None:
+    """The fast split of a line without quotes is shlex's, and any line's words are shlex's
+    whenever shlex can split it (its fallback, on an unbalanced quote, splits at white space)."""
+    try:
+        want = shlex.split(cmdline)
+    except ValueError:
+        want = cmdline.split()
+    assert list(system._words(cmdline)) == want
