@@ -24,7 +24,6 @@ were never closed.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ipaddress
 import os
@@ -32,7 +31,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +41,7 @@ from typing import IO, Protocol
 
 import pytest
 
-from tests.sshcluster import NETNS_DIR, _netns_probe, _remove_network, _run_batch, _which, free_subnet
+from tests.sshcluster import NETNS_DIR, Slots, _netns_probe, _remove_network, _run_batch, _which, free_subnet
 
 # The programs a cluster runs, and the Debian package of each (slurm-wlm pulls in the Slurm ones).
 TOOLS = {
@@ -68,7 +66,6 @@ BRIDGE_OCTET = 254
 # test clusters' 10.200-249 range, so the two kinds never race for the same /24.
 SUBNET_SECOND_BASE = 250
 SUBNET_SECOND_OCTETS = 5
-SLOT_LETTERS = "abcdefghijklmnopqrstuvwxyz"
 IFNAME_MAX = 15
 # A pytest process's own names: sl<pid><slot>n<i> (node namespace), sl<pid><slot>c (controller
 # namespace), sl<pid><slot>v<i> (root-side veth; v0 is the controller's), slb<pid><slot> (bridge).
@@ -169,14 +166,7 @@ class _Daemons:
     logs: list[IO[bytes]] = field(default_factory=list)
 
 
-_slots_lock = threading.Lock()
-_live: dict[str, SlurmCluster] = {}
-
-
-@atexit.register
-def _close_forgotten_clusters() -> None:
-    for cluster in list(_live.values()):
-        cluster.close()
+_SLOTS: Slots[SlurmCluster] = Slots(NAME_PREFIX, "Slurm clusters")
 
 
 class SlurmCluster:
@@ -240,7 +230,7 @@ class SlurmCluster:
         reason = slurm_available()
         if reason is not None:
             raise RuntimeError(f"cannot build a Slurm test cluster here: {reason}")
-        self._claim_slot()
+        self._slot = _SLOTS.claim(self)
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
             (self.workdir / "log").mkdir(exist_ok=True)
@@ -286,8 +276,7 @@ class SlurmCluster:
                 if self._runtime is not None:
                     shutil.rmtree(self._runtime, ignore_errors=True)
                     self._runtime = None
-                with _slots_lock:
-                    _live.pop(self._slot, None)
+                _SLOTS.release(self._slot)
                 self._slot = None
 
     # -- the public API --------------------------------------------------------------------------
@@ -387,18 +376,9 @@ class SlurmCluster:
 
     # -- building blocks -------------------------------------------------------------------------
 
-    def _claim_slot(self) -> None:
-        with _slots_lock:
-            free = [letter for letter in SLOT_LETTERS if letter not in _live]
-            if not free:
-                raise RuntimeError(f"more than {len(SLOT_LETTERS)} Slurm clusters at once in one process")
-            self._slot = free[0]
-            _live[self._slot] = self
-
     @property
     def _tag(self) -> str:
-        assert self._slot is not None
-        return f"{NAME_PREFIX}{os.getpid()}{self._slot}"
+        return _SLOTS.tag(self._slot)
 
     def _controller_namespace(self) -> str:
         return f"{self._tag}c"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 import psutil
 import pytest
@@ -297,14 +297,47 @@ def _terminate_tree(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-_slots_lock = threading.Lock()
-_live: dict[str, SSHCluster] = {}
+class Closable(Protocol):
+    def close(self) -> None: ...
 
 
-@atexit.register
-def _close_forgotten_clusters() -> None:
-    for cluster in list(_live.values()):
-        cluster.close()
+C = TypeVar("C", bound=Closable)
+
+
+class Slots(Generic[C]):
+    """The letters of the clusters of one kind alive in this process: a cluster's namespaces,
+    links and bridge are named PREFIX<pid><letter>..., so clusters of parallel test processes, and
+    of one process, never share a name. Clusters a test forgot are closed at exit."""
+
+    def __init__(self, prefix: str, kind: str) -> None:
+        self.prefix = prefix
+        self.kind = kind
+        self._lock = threading.Lock()
+        self._live: dict[str, C] = {}
+        atexit.register(self._close_forgotten)
+
+    def claim(self, cluster: C) -> str:
+        with self._lock:
+            free = [letter for letter in SLOT_LETTERS if letter not in self._live]
+            if not free:
+                raise RuntimeError(f"more than {len(SLOT_LETTERS)} {self.kind} at once in one process")
+            self._live[free[0]] = cluster
+            return free[0]
+
+    def release(self, slot: str) -> None:
+        with self._lock:
+            self._live.pop(slot, None)
+
+    def tag(self, slot: str | None) -> str:
+        assert slot is not None
+        return f"{self.prefix}{os.getpid()}{slot}"
+
+    def _close_forgotten(self) -> None:
+        for cluster in list(self._live.values()):
+            cluster.close()
+
+
+_SLOTS: Slots[SSHCluster] = Slots(NAME_PREFIX, "clusters")
 
 
 class SSHCluster:
@@ -362,7 +395,7 @@ class SSHCluster:
         reason = cluster_available(loopback=self.loopback)
         if reason is not None:
             raise RuntimeError(f"cannot build an SSH cluster here: {reason}")
-        self._claim_slot()
+        self._slot = _SLOTS.claim(self)
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
             if not self.loopback:
@@ -407,8 +440,7 @@ class SSHCluster:
                 # could not be stopped above.
                 _remove_network(self._namespace_names(), self._veth_names(), [self._bridge_name()])
         finally:
-            with _slots_lock:
-                _live.pop(self._slot, None)
+            _SLOTS.release(self._slot)
             self._slot = None
         if errors:
             raise errors[0]
@@ -560,18 +592,9 @@ class SSHCluster:
 
     # -- building blocks -------------------------------------------------------------------------
 
-    def _claim_slot(self) -> None:
-        with _slots_lock:
-            free = [letter for letter in SLOT_LETTERS if letter not in _live]
-            if not free:
-                raise RuntimeError(f"more than {len(SLOT_LETTERS)} clusters at once in one process")
-            self._slot = free[0]
-            _live[self._slot] = self
-
     @property
     def _tag(self) -> str:
-        assert self._slot is not None
-        return f"{NAME_PREFIX}{os.getpid()}{self._slot}"
+        return _SLOTS.tag(self._slot)
 
     def _namespace_names(self) -> list[str]:
         return [f"{self._tag}h{i}" for i in range(1, self.count + 1)]
