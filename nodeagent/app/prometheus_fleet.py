@@ -476,11 +476,25 @@ def _ran_then(age: float | None, last: str | None) -> str:
     return f"its last run seen started {age_text(age)} ago and reported {last or 'no status'}"
 
 
-def _target_down(host: str, target: TargetKey, why: str, ran_then: str) -> Finding:
-    job, instance = target
+def _cannot_tell(
+    summary: str, evidence: dict[str, str], *, expected: str, remediation: str, subject: str, host: str
+) -> Finding:
+    """What the metrics cannot tell about a node now: UNKNOWN, never a fault of the node."""
     return Finding(
         SOURCE_CHECK_ID,
         Status.UNKNOWN,
+        summary,
+        evidence,
+        expected=expected,
+        remediation=remediation,
+        subject=subject,
+        host=host,
+    )
+
+
+def _target_down(host: str, target: TargetKey, why: str, ran_then: str) -> Finding:
+    job, instance = target
+    return _cannot_tell(
         f"Prometheus cannot scrape {instance} (job {job}): {why}; {ran_then}",
         {f'up{{job="{job}",instance="{instance}"}}': "0"},
         expected="1: the exporter answers Prometheus",
@@ -499,9 +513,7 @@ def _gone(host: str, target: TargetKey, ran_then: str, seen: LastSeen | None) ->
         summary = f"{instance} (job {job}) has shown no nodeagent metrics within the lookback"
     else:
         summary = f"no nodeagent metrics from {instance} (job {job}) now; {ran_then}"
-    return Finding(
-        SOURCE_CHECK_ID,
-        Status.UNKNOWN,
+    return _cannot_tell(
         summary,
         {f'nodeagent_run_status{{host="{host}"}}': "(no series)"},
         expected="nodeagent's metrics, rewritten every run",
@@ -515,9 +527,7 @@ def _gone(host: str, target: TargetKey, ran_then: str, seen: LastSeen | None) ->
 
 
 def _no_result(host: str, kind: str) -> Finding:
-    return Finding(
-        SOURCE_CHECK_ID,
-        Status.UNKNOWN,
+    return _cannot_tell(
         f"the fleet run that wrote these metrics got no result from it ({kind}); "
         "the metrics do not say when that was",
         {f'nodeagent_host_error{{host="{host}",kind="{kind}"}}': "1"},
@@ -529,9 +539,7 @@ def _no_result(host: str, kind: str) -> Finding:
 
 
 def _undated(host: str, last: str | None) -> Finding:
-    return Finding(
-        SOURCE_CHECK_ID,
-        Status.UNKNOWN,
+    return _cannot_tell(
         f"its metrics carry no nodeagent_run_timestamp_seconds, so its status ({last or 'none'}) "
         "cannot be dated",
         {f'nodeagent_run_timestamp_seconds{{host="{host}"}}': "(no series)"},
@@ -543,9 +551,7 @@ def _undated(host: str, last: str | None) -> Finding:
 
 
 def _stale(host: str, age: float, stale_after_s: float, last: str | None) -> Finding:
-    return Finding(
-        SOURCE_CHECK_ID,
-        Status.UNKNOWN,
+    return _cannot_tell(
         f"its last nodeagent run started {age_text(age)} ago, longer than {age_text(stale_after_s)} "
         f"(--stale-after); it reported {last or 'no status'} then",
         {f'time() - nodeagent_run_timestamp_seconds{{host="{host}"}}': f"{age:.0f}"},
@@ -561,9 +567,7 @@ def _stale(host: str, age: float, stale_after_s: float, last: str | None) -> Fin
 
 
 def _clock_ahead(host: str, ahead: float) -> Finding:
-    return Finding(
-        SOURCE_CHECK_ID,
-        Status.UNKNOWN,
+    return _cannot_tell(
         f"its last run is dated {age_text(ahead)} after Prometheus's now: its clock is wrong, so its "
         "metrics cannot be dated",
         {f'time() - nodeagent_run_timestamp_seconds{{host="{host}"}}': f"{-ahead:.0f}"},
