@@ -434,9 +434,7 @@ def tune(
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
         argv += [f"--root={root}"] if root else []  # with --slurm: what each node reads
         argv += ["--", *command] if command else []
-        if inv is not None:
-            _agent_on_fleet(inv, argv, fleet, fmt, section=_fleet_tune_section)
-        _agent_on_slurm(argv, fleet, fmt, section=_fleet_tune_section)
+        _agent_on_nodes(inv, argv, fleet, fmt, section=_fleet_tune_section)
 
     request = tuning.TuneRequest(
         root,
@@ -521,7 +519,7 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
     sys.exit(reverted.exit_code)
 
 
-def _agent_on_fleet(
+def _agent_on_nodes(
     inv: Any,
     argv: list[str],
     fleet: Fleet,
@@ -529,33 +527,23 @@ def _agent_on_fleet(
     statuses: dict[int, str] | None = None,
     section: Any = None,
 ) -> NoReturn:
-    """`nodeagent ARGV --format json` on every host; their documents gathered, side by side.
-    `section(report)`, when given, renders what the hosts returned (tune: each host's changes)."""
-    from nodeagent.app import fleet as fleets
-    from nodeagent.render.fleet import progress
-
-    with progress(len(inv.hosts), argv[0]) as on_done:
-        report = fleets.on_agents(inv, argv, fleet.request(), statuses, on_done)
-    emit_fleet(report, fmt, [section(report)] if section is not None and fmt != "json" else ())
-    sys.exit(report.exit_code)
-
-
-def _agent_on_slurm(
-    argv: list[str],
-    fleet: Fleet,
-    fmt: str,
-    statuses: dict[int, str] | None = None,
-    section: Any = None,
-) -> NoReturn:
-    """`nodeagent ARGV --format json` on each node of --slurm as one Slurm job step; their documents
-    gathered like _agent_on_fleet's, with a line saying what Slurm ran."""
+    """`nodeagent ARGV --format json` on every host of the inventory `inv`, or, when it is None, on
+    each node of --slurm as one Slurm job step (with a line saying what Slurm ran); their documents
+    gathered side by side. `section(report)`, when given, renders what the hosts returned (tune:
+    each host's changes)."""
     from nodeagent.app import fleet as fleets
     from nodeagent.render.fleet import progress, slurm_source
 
-    target = fleets.slurm_target(fleet.request())
-    with progress(len(target.nodes), argv[0]) as on_done:
-        report = fleets.on_slurm(target, argv, fleet.request(), statuses, on_done)
-    sections = [slurm_source(report), *([section(report)] if section is not None else [])]
+    sections = []
+    if inv is not None:
+        with progress(len(inv.hosts), argv[0]) as on_done:
+            report = fleets.on_agents(inv, argv, fleet.request(), statuses, on_done)
+    else:
+        target = fleets.slurm_target(fleet.request())
+        with progress(len(target.nodes), argv[0]) as on_done:
+            report = fleets.on_slurm(target, argv, fleet.request(), statuses, on_done)
+        sections.append(slurm_source(report))
+    sections += [section(report)] if section is not None else []
     emit_fleet(report, fmt, sections if fmt != "json" else ())
     sys.exit(report.exit_code)
 
@@ -620,10 +608,8 @@ def bench(
     request = request.with_playbook(load_playbook(playbook_name))
     inv = fleet.inventory()
     # bench exits 1 when a configuration failed: that host's result is a failure.
-    if inv is not None:
-        _agent_on_fleet(inv, request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
-    if fleet.slurm:
-        _agent_on_slurm(request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
+    if inv is not None or fleet.slurm:
+        _agent_on_nodes(inv, request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
     benching.need_tensorflow()
     with ProgressBar() as bar:
         result = benching.run(request, on_progress=bar)
