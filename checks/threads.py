@@ -129,22 +129,37 @@ def _is_python(name: str, argv0: str) -> bool:
 def training_processes(host: Host, kept: tuple[str, ...] = KEPT_VARS) -> tuple[list[Proc], int, list[str]]:
     """Training processes in /proc, with the variables `kept` of their environments (a superset of
     KEPT_VARS: the pool variables tell a pool user), the folders listed, and what did not parse.
-    A few hundred small reads, no `ps` spawned."""
+    A few hundred small reads, no `ps` spawned, once per host (`threads` and `cpu-isa` both ask)."""
+    candidates, listed = host.memo("threads.process_table", lambda: _process_table(host))
+    out: list[Proc] = []
+    problems: list[str] = []
+    for c in candidates:
+        env = {k: v for k, v in limits.parse_environ(c.environ).items() if k in kept}
+        out.append(_proc(c.pid, parse.key_values(c.status), c.argv, env, problems))
+    return out, listed, problems
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A training process as /proc shows it, before parsing: its environment is kept as read (and
+    filtered by each caller), its status parsed only for the few processes that are kept."""
+
+    pid: int
+    argv: list[str]
+    status: str
+    environ: str
+
+
+def _process_table(host: Host) -> tuple[list[_Candidate], int]:
+    """The training processes of /proc (not this process), and how many folders it lists."""
     pids = sorted(int(e) for e in host.listdir(PROC) or [] if _is_count(e))
     self_link = host.readlink(f"{PROC}/self")
     own = int(self_link) if self_link and _is_count(self_link) else None
-    out: list[Proc] = []
-    problems: list[str] = []
-    for pid in pids:
-        if pid == own:
-            continue
-        proc = _training_process(host, pid, kept, problems)
-        if proc is not None:
-            out.append(proc)
-    return out, len(pids), problems
+    found = (_training_process(host, pid) for pid in pids if pid != own)
+    return [c for c in found if c is not None], len(pids)
 
 
-def _training_process(host: Host, pid: int, kept: tuple[str, ...], problems: list[str]) -> Proc | None:
+def _training_process(host: Host, pid: int) -> _Candidate | None:
     """/proc/<pid> when it is a training process: python running a framework or a training script,
     or any process running a thread pool sized by a pool variable. None for the others."""
     base = f"{PROC}/{pid}"
@@ -155,21 +170,33 @@ def _training_process(host: Host, pid: int, kept: tuple[str, ...], problems: lis
     status = host.read(f"{base}/status")
     if status is None or not argv:
         return None
-    fields = parse.key_values(status)
-    env_text = host.read(f"{base}/environ")
-    env = {k: v for k, v in limits.parse_environ(env_text or "").items() if k in kept}
-    threads = fields.get("Threads", "")
-    threads_n = int(threads) if _is_count(threads) else None
+    env_text = host.read(f"{base}/environ") or ""
     # The interpreter's own path ("/envs/torch/bin/python") says nothing about the job: skip argv[0].
     # The script and launcher come first; a long tail (inline code, a payload) is not searched.
-    python_job = _is_python(fields.get("Name", ""), argv[0]) and TRAINING_CMDLINE.search(
+    python_job = _is_python(_status_field(status, "Name"), argv[0]) and TRAINING_CMDLINE.search(
         " ".join(argv[1:])[:CMDLINE_SEARCHED]
     )
     # A shell that merely inherited OMP_NUM_THREADS runs one thread; a pool user runs more.
-    pool_user = any(v in env for v in POOL_VARS) and (threads_n or 0) > 1
-    if not (python_job or pool_user):
-        return None
-    return _proc(pid, fields, argv, env, problems)
+    pool_user = (
+        not python_job
+        and any(v in limits.parse_environ(env_text) for v in POOL_VARS)
+        and _count_above_one(_status_field(status, "Threads"))
+    )
+    return _Candidate(pid, argv, status, env_text) if python_job or pool_user else None
+
+
+def _status_field(status: str, key: str) -> str:
+    """One "Key:\tvalue" line of /proc/<pid>/status, without parsing the fifty others."""
+    at = status.find(f"{key}:")
+    while at > 0 and status[at - 1] != "\n":
+        at = status.find(f"{key}:", at + 1)
+    if at < 0:
+        return ""
+    return status[at + len(key) + 1 :].split("\n", 1)[0].strip()
+
+
+def _count_above_one(text: str) -> bool:
+    return _is_count(text) and int(text) > 1
 
 
 def _proc(

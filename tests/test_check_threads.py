@@ -10,6 +10,7 @@ import pytest
 
 from nodeagent.checks import threads
 from nodeagent.checks.threads import Facts, Params, Proc, pool_size
+from nodeagent.core import parse
 from nodeagent.core.finding import Status
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.topology import NumaNode, Topology
@@ -471,3 +472,32 @@ def test_interpreter_path_is_not_a_training_hint(tmp_path: Path) -> None:
     assert [p.pid for p in facts.processes] == [301]
     assert facts.processes[0].threads is None
     assert facts.problems == ["/proc/301/status: unparsable Threads '²'"]
+
+
+STATUS_LINES = (
+    "Name:\tpython3\nUmask:\t0022\nState:\tS (sleeping)\nNoThreads:\t9\nThreads:\t17\n"
+    "Cpus_allowed:\tff\nCpus_allowed_list:\t0-7\n"
+)
+
+
+@pytest.mark.parametrize("key", ["Name", "Threads", "Cpus_allowed", "Cpus_allowed_list", "Umask", "VmRSS"])
+def test_one_status_field_reads_as_the_whole_parse_does(key: str) -> None:
+    """The candidates' scan reads Name and Threads alone: a key's own line, never one that ends
+    with its name, and "" when absent, as from the full parse."""
+    for text in (STATUS_LINES, Path("/proc/self/status").read_text()):
+        assert threads._status_field(text, key) == parse.key_values(text).get(key, "")
+
+
+def test_threads_and_cpu_isa_scan_the_process_table_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = LocalHost()
+    calls: list[LocalHost] = []
+    table = threads._process_table
+
+    def counted(h: LocalHost) -> tuple[list[threads._Candidate], int]:
+        calls.append(h)
+        return table(h)
+
+    monkeypatch.setattr(threads, "_process_table", counted)
+    first = threads.training_processes(host)
+    again = threads.training_processes(host, (*threads.KEPT_VARS, "ONEDNN_VERBOSE"))
+    assert len(calls) == 1 and [p.pid for p in first[0]] == [p.pid for p in again[0]]
