@@ -55,9 +55,10 @@ EXIT_KEPT, EXIT_NONE_KEPT, EXIT_FAILED = 0, 1, 2
 TRIAL_STEPS = {True: 8, False: 4}
 # Pairs of trials per pair of processes (x quick), whose start-up (7-10 s for both here, XLA's
 # compilation cached after the first block) is paid once per block. Measured on the quick sizes
-# here, the blocks' spread came from the trials, not from the processes (the median of 8 pairs
-# varied by 5%, the median of 16 by 3.1%, as much as whole blocks did): so --quick spends its
-# budget on longer blocks, as few as its first look needs (7) and a few more.
+# here, the blocks' spread came from the trials, not from the processes: a median of 8 pairs varied
+# by 5% (sd, from the difference between a block's two halves), which predicts 3.6% for 16 pairs,
+# and blocks of 16 varied by 3.1%. So --quick spends its budget on longer blocks, as few as its
+# first look needs (7) and a few more.
 PAIRS_PER_BLOCK = {True: 48, False: 16}
 # --quick on the built-in workload: stop within this budget, or when the interval is within +-3%.
 QUICK_BUDGET_S = 165.0
