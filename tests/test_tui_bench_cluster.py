@@ -343,8 +343,8 @@ NO_PROFILE = (
     "`nodeagent tune --apply --profile default`"
 )
 FIRST_LOOK = (
-    "so far: no significant difference between B and A: B/A = 1.025, 98.33% interval [0.980, 1.062] "
-    "(Wilcoxon signed-rank, 7 pairs); not decided yet, next look at 11 pairs"
+    "so far: no significant difference between B and A: B/A = 1.025, 97.5% interval [0.980, 1.062] "
+    "(Wilcoxon signed-rank, 7 pairs); not decided yet, next look at 10 pairs"
 )
 HISTORY = [
     ["2026-11-20 09:12", "tf-threads", "1.084", "[1.052, 1.117]", "11", "faster", "kept"],
@@ -384,23 +384,23 @@ def test_verify_shows_each_block_as_it_ends_then_the_verdict_and_the_new_record(
         backend.stops[8].set()
         await settle(pilot)
         await until(pilot, lambda: "done" in text_of(app, "#verify-state"), "the verdict")
-        assert len(table_cells(app, "#verify-trials")) == 12
+        assert len(table_cells(app, "#verify-trials")) == 11
         done = " ".join(text_of(app, "#verify-state").split())
         assert done == (
             "verify of profile default done: faster "
-            "(11 pair(s), 36 s; built-in tf.data + XLA benchmark, images/s)"
+            "(10 pair(s), 33 s; built-in tf.data + XLA benchmark, images/s)"
         )
         verdict = " ".join(text_of(app, "#verify-verdict").split())
         assert verdict.startswith(
-            "verdict: B is 3.6% faster than A: B/A = 1.036, 98.33% interval [1.005, 1.051] "
-            "(Wilcoxon signed-rank, 11 pairs) 95% interval of B/A: [1.010, 1.051]"
+            "verdict: B is 3.6% faster than A: B/A = 1.036, 97.5% interval [1.005, 1.051] "
+            "(Wilcoxon signed-rank, 10 pairs) 95% interval of B/A: [1.010, 1.046]"
         )
-        assert "stopped: decided after 11 pairs; 11 pair(s)" in verdict
+        assert "stopped: decided after 10 pairs; 10 pair(s)" in verdict
         assert "1 block(s) disturbed by other processes" in verdict
         history = table_cells(app, "#verify-history")
         assert [r[:7] for r in history] == [
             *HISTORY,
-            ["2026-11-23 12:30", "profile", "1.036", "[1.005, 1.051]", "11", "faster", "measured"],
+            ["2026-11-23 12:30", "profile", "1.036", "[1.005, 1.051]", "10", "faster", "measured"],
         ]
         assert "4 decision(s), newest last" in text_of(app, "#verify-history-title")
         await pilot.press("b")  # the verify is over: the benchmark may run
@@ -478,7 +478,7 @@ def test_the_palettes_verify_opens_bench_and_runs_it() -> None:
         await settle(pilot)
         assert isinstance(app.screen, BenchScreen)
         await until(pilot, lambda: "done: faster" in text_of(app, "#verify-state"), "the verdict")
-        assert len(table_cells(app, "#verify-trials")) == 12
+        assert len(table_cells(app, "#verify-trials")) == 11
 
     drive(app, steps)
 
@@ -504,7 +504,7 @@ def test_the_tui_verifies_as_the_cli_does(monkeypatch: pytest.MonkeyPatch) -> No
     blocks: list[int] = []
     verdict = LocalBackend().verify(True, lambda block, estimate: blocks.append(block.number))
     assert asked[0] == asked[1] == (verifying.Job(None, None, True, None), "default")
-    assert blocks == list(range(1, 13))
+    assert blocks == list(range(1, 12))
     assert verdict.result.verdict == stats.FASTER
 
 

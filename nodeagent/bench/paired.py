@@ -355,7 +355,7 @@ def design(
     if max_blocks < needed:
         raise ValueError(
             f"--pairs {max_blocks} is too few: at least {needed} pairs are needed to ever show a "
-            f"difference at {_percent(1 - alpha)}"
+            f"difference at {percent(1 - alpha)}"
         )
     first = 1 if min_blocks is None else min_blocks
     if first > max_blocks:
@@ -479,7 +479,7 @@ def _shown(loc: Location, names: tuple[str, str], unit: str) -> str:
     lo, hi = ratio(loc.ci[0]), ratio(loc.ci[1])
     interval = f"[{lo:.3f}, {hi:.3f}]" if math.isfinite(hi) and lo > 0 else "unbounded"
     return (
-        f"{b}/{a} = {ratio(loc.centre):.3f}, {_percent(loc.level)} interval {interval} "
+        f"{b}/{a} = {ratio(loc.centre):.3f}, {percent(loc.level)} interval {interval} "
         f"({METHOD}, {loc.n} {unit})"
     )
 
@@ -499,6 +499,6 @@ def _pending(n: int, at_look: bool, design: Design, unit: str) -> str:
     return f"; {where}, next look at {after} {unit}"
 
 
-def _percent(level: float) -> str:
+def percent(level: float) -> str:
     """0.95 -> '95%', 0.9875 -> '98.75%', 1 - 0.05/9 -> '99.44%'."""
     return f"{level * 100:.2f}".rstrip("0").rstrip(".") + "%"

@@ -96,9 +96,10 @@ def verdict_lines(result: ab.ABResult) -> list[str]:
     elif est is not None:
         lines.append(f"verdict: {est.reason}")
         lines.append(
-            f"95% interval of B/A: [{est.ci95[0]:.3f}, {est.ci95[1]:.3f}] (for reading; the verdict uses "
-            f"the {est.level:.2%} interval [{est.ci[0]:.3f}, {est.ci[1]:.3f}], which keeps the error "
-            f"rate at {result.design.alpha:.0%} over the {len(result.design.looks)} planned looks)"
+            f"95% interval of B/A: [{est.ci95[0]:.3f}, {est.ci95[1]:.3f}] (for reading; the verdict "
+            f"uses the {paired.percent(est.level)} interval [{est.ci[0]:.3f}, {est.ci[1]:.3f}], which "
+            f"keeps the error rate at {result.design.alpha:.0%} over the {len(result.design.looks)} "
+            "planned looks)"
         )
     lines.append(f"stopped: {result.stopped}; {result.pairs} pair(s), {result.wall_s:.0f} s")
     if result.disturbed:
