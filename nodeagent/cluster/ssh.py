@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # paramiko compares each received packet's MAC in a Python loop over its bytes
 # (paramiko.util.constant_time_bytes_eq, called as util.constant_time_bytes_eq by paramiko.packet):
-# a fifth of the controller's SSH CPU per host here. hmac.compare_digest is the standard library's
+# a tenth of the controller's SSH CPU per host here. hmac.compare_digest is the standard library's
 # constant-time comparison, in C (https://docs.python.org/3/library/hmac.html#hmac.compare_digest).
 paramiko.util.constant_time_bytes_eq = hmac.compare_digest  # type: ignore[assignment]  # an overload
 
