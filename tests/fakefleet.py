@@ -4,7 +4,7 @@ the socket runs as in production. For tests that compare what the faces produce 
 
 from __future__ import annotations
 
-import json
+import marshal
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -61,7 +61,7 @@ def _answer(root_of: Callable[[str], str]) -> Callable[..., Any]:
     from nodeagent.host.recorder import encode, metadata, record
 
     def run(conn: Any, command: str, timeout: float, stdin: bytes | None = None) -> ssh.Output:
-        spec = json.loads(zlib.decompress(stdin or b""))["spec"]
+        spec = marshal.loads(zlib.decompress(stdin or b""))["spec"]
         patterns, commands = spec["patterns"], [tuple(c) for c in spec["commands"]]
         with open_host(root_of(conn.name)) as host:
             assert isinstance(host, TreeHost)

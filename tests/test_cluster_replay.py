@@ -5,7 +5,7 @@ the recorder on a node (compiled here, or compiled there) record the same tree."
 
 from __future__ import annotations
 
-import json
+import marshal
 import os
 import subprocess
 import sys
@@ -153,9 +153,9 @@ def test_the_recorder_compiled_here_or_on_the_node_records_the_same(compiled: bo
     ]
     sent = pull.payload(paths, [("uname", "-r")], 10.0)
     if not compiled:  # as a node with another interpreter sees it: its bytecode does not match
-        doc = json.loads(zlib.decompress(sent))
-        doc["compiled"]["magic"] = "00000000"
-        sent = zlib.compress(json.dumps(doc).encode())
+        doc = marshal.loads(zlib.decompress(sent))
+        doc["compiled"]["magic"] = b"\0\0\0\0"
+        sent = zlib.compress(marshal.dumps(doc, 4))
     proc = subprocess.run(
         ["/bin/sh", "-c", pull.command(sys.executable)], input=sent, capture_output=True, check=False
     )

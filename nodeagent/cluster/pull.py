@@ -16,12 +16,10 @@ collector's passes over its thousands of small objects were a tenth of its CPU t
 
 from __future__ import annotations
 
-import base64
 import functools
 import importlib
 import importlib.util
 import inspect
-import json
 import marshal
 import shlex
 import sys
@@ -41,30 +39,35 @@ _MODULES = (
     "nodeagent.host.base",
     "nodeagent.host.tree",
     "nodeagent.host.globwalk",
+    "nodeagent.host.spawn",
     "nodeagent.host.local",
     "nodeagent.host.recorder",
 )
 
 # Runs on the node as `python3 -I -S -c BOOTSTRAP`, the payload on its standard input (not in argv:
-# the node's process list and every snapshot of it stay small). Modules are registered in
-# sys.modules before their code runs, as the import system does (dataclasses look theirs up). The
-# compiled modules are used where the node's bytecode is this interpreter's: same implementation
-# (cache_tag) and magic number, read from the import system's frozen module, always loaded.
+# the node's process list and every snapshot of it stay small). The payload is marshal's format 4 of
+# plain values (dicts, lists, str, bytes, floats), which every Python 3.4 and later reads with a
+# module built into the interpreter (json would import re: milliseconds on every node). Modules are
+# registered in sys.modules before their code runs, as the import system does. The compiled modules
+# are used where the node's bytecode is this interpreter's: same implementation (cache_tag) and magic
+# number, read from the import system's frozen module, always loaded.
 BOOTSTRAP = (
-    "import gc,json,sys,types,zlib\n"
+    "import gc,marshal,sys,zlib\n"
     "gc.disable()\n"
-    "d=json.loads(zlib.decompress(sys.stdin.buffer.read()))\n"
+    "d=marshal.loads(zlib.decompress(sys.stdin.buffer.read()))\n"
     "c=d['compiled'];b=getattr(sys.modules.get('_frozen_importlib_external'),'MAGIC_NUMBER',b'')\n"
-    "k=c['tag']==sys.implementation.cache_tag and c['magic']==b.hex()\n"
-    "if k:import binascii,marshal\n"
+    "k=c['tag']==sys.implementation.cache_tag and c['magic']==b\n"
+    "M=type(sys)\n"
     "for n in d['packages']:\n"
-    " m=types.ModuleType(n);m.__path__=[];sys.modules[n]=m\n"
+    " m=M(n);m.__path__=[];sys.modules[n]=m\n"
     "for (n,s),x in zip(d['modules'],c['modules']):\n"
-    " m=types.ModuleType(n);sys.modules[n]=m\n"
-    " x=marshal.loads(binascii.a2b_base64(x)) if k else compile(s,'<nodeagent:'+n+'>','exec')\n"
-    " exec(x,m.__dict__)\n"
+    " m=M(n);sys.modules[n]=m\n"
+    " exec(marshal.loads(x) if k else compile(s,'<nodeagent:'+n+'>','exec'),m.__dict__)\n"
     "sys.modules['nodeagent.host.recorder'].remote_main(d['spec'])\n"
 )
+# Plain values in marshal's version 4 read the same on every Python 3 since 3.4 (the code objects
+# inside are bytes, unmarshalled only by a node whose bytecode matches).
+_MARSHAL_VERSION = 4
 
 
 @functools.cache
@@ -77,16 +80,10 @@ def _compiled() -> dict[str, object]:
     """The modules compiled as the bootstrap would compile them (no flags inherited from this
     module, no -O), for nodes whose interpreter reads this one's bytecode."""
     modules = [
-        base64.b64encode(
-            marshal.dumps(compile(source, f"<nodeagent:{name}>", "exec", dont_inherit=True, optimize=0))
-        ).decode()
+        marshal.dumps(compile(source, f"<nodeagent:{name}>", "exec", dont_inherit=True, optimize=0))
         for name, source in _sources()
     ]
-    return {
-        "tag": sys.implementation.cache_tag,
-        "magic": importlib.util.MAGIC_NUMBER.hex(),
-        "modules": modules,
-    }
+    return {"tag": sys.implementation.cache_tag, "magic": importlib.util.MAGIC_NUMBER, "modules": modules}
 
 
 def payload(patterns: Sequence[str], commands: Sequence[Sequence[str]], command_timeout: float) -> bytes:
@@ -101,7 +98,7 @@ def payload(patterns: Sequence[str], commands: Sequence[Sequence[str]], command_
             "version": __version__,
         },
     }
-    return zlib.compress(json.dumps(doc).encode(), 9)
+    return zlib.compress(marshal.dumps(doc, _MARSHAL_VERSION), 9)
 
 
 def command(python: str) -> str:

@@ -1,17 +1,23 @@
-"""The Host interface: reads, directory listings, links and commands, the same on every kind of host."""
+"""The Host interface: reads, directory listings, links and commands, the same on every kind of host.
+
+Runs on nodes too (the agentless pull, nodeagent.cluster.pull), where every module imported is
+start-up time paid by every node at every pull (nodeagent.cluster.pull says how much): re, typing,
+fnmatch, shlex and threading are imported where they are used, never on the node's path, and
+`TYPE_CHECKING = False` keeps the type checker's own imports out of it.
+"""
 
 from __future__ import annotations
 
-import fnmatch
+import _thread
 import os
-import re
-import shlex
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, TypeVar
 
-T = TypeVar("T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 
 def env_limit(name: str, default: int) -> int:
@@ -46,17 +52,32 @@ COMMANDS_DIR = "commands"
 META_FILE = "nodeagent.json"
 
 
-class CmdResult(NamedTuple):
+class CmdResult:
     """A finished command, shaped like Invoke's Result (stdout, stderr, exited, ok).
 
-    A NamedTuple, not a dataclass: this module also runs on the nodes of the agentless pull
-    (nodeagent.cluster.pull), where importing dataclasses (and inspect with it) is start-up time
-    paid on every node of the fleet."""
+    A plain class, not a dataclass or a NamedTuple: this module runs on the nodes of the agentless
+    pull, where importing dataclasses or typing is start-up time paid by every node."""
 
-    argv: tuple[str, ...]
-    stdout: str
-    stderr: str = ""
-    exited: int = 0
+    __slots__ = ("argv", "exited", "stderr", "stdout")
+
+    def __init__(self, argv: tuple[str, ...], stdout: str, stderr: str = "", exited: int = 0) -> None:
+        self.argv = argv
+        self.stdout = stdout
+        self.stderr = stderr
+        self.exited = exited
+
+    def _fields(self) -> tuple[tuple[str, ...], str, str, int]:
+        return (self.argv, self.stdout, self.stderr, self.exited)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CmdResult) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        fields = f"argv={self.argv!r}, stdout={self.stdout!r}, stderr={self.stderr!r}, exited={self.exited!r}"
+        return f"CmdResult({fields})"
 
     @property
     def ok(self) -> bool:
@@ -64,7 +85,23 @@ class CmdResult(NamedTuple):
 
     @property
     def command(self) -> str:
+        import shlex
+
         return shlex.join(self.argv)
+
+
+class Started:
+    """A command Host.start began: `result()` is its CmdResult, waiting for it to end if need be."""
+
+    def __init__(self, done: CmdResult) -> None:
+        self._done = done
+
+    def result(self) -> CmdResult:
+        return self._done
+
+
+def _name_char(c: str) -> str:
+    return c if c.isascii() and (c.isalnum() or c in "._-") else "_"
 
 
 def command_name(argv: Sequence[str]) -> str:
@@ -73,15 +110,22 @@ def command_name(argv: Sequence[str]) -> str:
     ["nvidia-smi", "topo", "-m"] -> "nvidia-smi-topo-m": words joined by "-", leading dashes of
     options dropped, anything outside [A-Za-z0-9._-] replaced by "_".
     """
-    words = [re.sub(r"[^A-Za-z0-9._-]", "_", a.lstrip("-")) for a in argv]
+    words = ["".join(map(_name_char, a.lstrip("-"))) for a in argv]
     return "-".join(w for w in words if w)
 
 
 # A host name as reports and Prometheus labels carry it: RFC 1123 labels (letters, digits, inner
 # hyphens, 1-63 characters each) joined by dots, 253 characters at most; Kubernetes node names are
 # such names in lower case (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/).
-_HOST_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+MAX_LABEL = 63
 MAX_HOSTNAME = 253
+
+
+def _host_label(label: str) -> bool:
+    """`label` is an RFC 1123 label: [A-Za-z0-9] at both ends, [A-Za-z0-9-] between, 1-63 long."""
+    inner_ok = all(c.isascii() and (c.isalnum() or c == "-") for c in label)
+    ends_ok = label[:1].isalnum() and label[-1:].isalnum()
+    return 0 < len(label) <= MAX_LABEL and label.isascii() and inner_ok and ends_ok
 
 
 def hostname_problem(name: str) -> str | None:
@@ -93,7 +137,7 @@ def hostname_problem(name: str) -> str | None:
     labels = name.split(".")
     if "" in labels:
         return "an empty label (a dot at an end, or two in a row): write it as node-a or node-a.example.com"
-    bad = [label for label in labels if not _HOST_LABEL.fullmatch(label)]
+    bad = [label for label in labels if not _host_label(label)]
     if bad:
         return (
             f"{bad[0]!r} is not a host name label: use letters, digits and inner hyphens, 1 to 63 "
@@ -122,8 +166,8 @@ class Host(ABC):
 
     def __init__(self) -> None:
         self._memo: dict[str, Any] = {}
-        self._memo_locks: dict[str, threading.Lock] = {}
-        self._memo_guard = threading.Lock()
+        self._memo_locks: dict[str, _thread.LockType] = {}
+        self._memo_guard = _thread.allocate_lock()
 
     # -- the primitives every host implements -------------------------------------------------
     @abstractmethod
@@ -158,6 +202,11 @@ class Host(ABC):
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         """Run a command. A missing tool gives exited=127, a timeout exited=124; never raises."""
 
+    def start(self, argv: Sequence[str], timeout: float = 10.0) -> Started:
+        """Start a command and return at once when the host can run it meanwhile (this machine);
+        `result()` then waits for it, within `timeout`. Other hosts run it here and now."""
+        return Started(self.run(argv, timeout))
+
     def write(self, path: str, value: str) -> None:
         """Write a value (tuners only). Read-only hosts raise PermissionError."""
         raise PermissionError(f"{self.name}: this host is read-only")
@@ -190,6 +239,8 @@ class Host(ABC):
 
     def glob(self, pattern: str) -> list[str]:
         """Absolute paths matching a shell pattern (`*`, `?`, `[...]` within one component)."""
+        import fnmatch
+
         parts = [p for p in pattern.split("/") if p]
         found = ["/"]
         for part in parts:
@@ -212,7 +263,7 @@ class Host(ABC):
         with self._memo_guard:
             if key in self._memo:
                 return self._memo[key]  # type: ignore[no-any-return]
-            lock = self._memo_locks.setdefault(key, threading.Lock())
+            lock = self._memo_locks.setdefault(key, _thread.allocate_lock())
         with lock:
             if key not in self._memo:
                 self._memo[key] = compute()

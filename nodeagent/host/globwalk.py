@@ -18,23 +18,86 @@ With `every_folder`, the folders a pattern passes through are reported as well (
 choice: a cpuN folder holding none of the declared files is still a CPU).
 
 Imports only the standard library and nodeagent.host.tree: it runs on nodes (nodeagent.cluster.pull),
-on Python 3.8 too.
+on Python 3.8 too. The wildcards the checks use (`*`, `?`, `[0-9]`) are matched here without the re
+module, whose import is start-up time every node pays; any other bracket expression is left to
+fnmatch, imported then.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import re
-from collections.abc import Callable, Collection, Iterable
-from typing import TYPE_CHECKING
-
 from nodeagent.host.tree import DIR, FILE, LINK, Tree
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Iterable
+
     # What the walk yields: (FILE, path, contents), (DIR, path, None) or (LINK, path, target).
     Found = tuple[str, str, bytes | str | None]
 
-_WILDCARD = re.compile(r"[*?[]")
+_DIGITS = frozenset("0123456789")
+_DIGIT_CLASS = "[0-9]"
+_STAR, _ONE, _DIGIT = "*", "?", "0"  # the pattern units besides literal characters
+
+
+def _units(part: str) -> list[tuple[str, str]] | None:
+    """`part` as units (kind, literal character), or None when it holds a bracket expression other
+    than [0-9], which fnmatch matches instead."""
+    units: list[tuple[str, str]] = []
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if c == "[":
+            if not part.startswith(_DIGIT_CLASS, i):
+                return None
+            units.append((_DIGIT, ""))
+            i += len(_DIGIT_CLASS)
+            continue
+        units.append((c, "") if c in (_STAR, _ONE) else ("", c))
+        i += 1
+    return units
+
+
+def _fits(name: str, units: list[tuple[str, str]]) -> bool:
+    """`name` matches `units` whole: the classic wildcard match, which on a mismatch lets the
+    last star take one more character (linear for one star, as the patterns have)."""
+    i = p = 0
+    star, mark = -1, 0
+    while i < len(name):
+        kind, char = units[p] if p < len(units) else (None, "")
+        if kind == _STAR:
+            star, mark = p, i
+            p += 1
+        elif kind is not None and (
+            (kind == "" and name[i] == char) or kind == _ONE or (kind == _DIGIT and name[i] in _DIGITS)
+        ):
+            i += 1
+            p += 1
+        elif star >= 0:
+            p, mark = star + 1, mark + 1
+            i = mark
+        else:
+            return False
+    return all(kind == _STAR for kind, _ in units[p:])
+
+
+def matcher(part: str) -> Callable[[str], object]:
+    """A test of one name against the glob component `part`, as fnmatch.fnmatchcase decides it."""
+    units = _units(part)
+    if units is None:
+        import fnmatch
+        import re
+
+        return re.compile(fnmatch.translate(part)).match
+    if part == _STAR:
+        return lambda name: True
+    literal = part[:-1]
+    if part.endswith(_STAR) and not any(c in literal for c in "*?["):
+        return lambda name: name.startswith(literal)
+    return lambda name: _fits(name, units)
+
+
+def _is_wildcard(part: str) -> bool:
+    return any(c in part for c in "*?[")
 
 
 class _Node:
@@ -59,10 +122,10 @@ def _trie(patterns: Iterable[str]) -> _Node:
         for part in pattern.split("/"):
             if not part:
                 continue
-            if _WILDCARD.search(part):
+            if _is_wildcard(part):
                 if part not in node.wildcards:
-                    # fnmatchcase's own translation: `*` matches names starting with "." too, as in Host.glob.
-                    node.wildcards[part] = (re.compile(fnmatch.translate(part)).match, _Node())
+                    # As fnmatchcase: `*` matches names starting with "." too, as in Host.glob.
+                    node.wildcards[part] = (matcher(part), _Node())
                 node = node.wildcards[part][1]
             else:
                 node = node.names.setdefault(part, _Node())

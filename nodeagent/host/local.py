@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Sequence
 
-from nodeagent.host.base import CmdResult, Host
+from nodeagent.host import spawn
+from nodeagent.host.base import Host
 from nodeagent.host.tree import LiveTree, Tree
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # this module runs on nodes too: no import that is only for the type checker
+    from collections.abc import Sequence
+
+    from nodeagent.host.base import CmdResult, Started
 
 # The NVIDIA driver's procfs folder is the environment's own: the NVIDIA container runtime mounts a
 # tmpfs there holding the driver's version and parameters and only the GPUs given to the container
@@ -128,28 +133,8 @@ class LocalHost(TreeHost):
         return self.live_mount or os.path.abspath(self.root) == "/"
 
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
-        args = tuple(argv)
-        # A missing tool (nvidia-smi on a CPU node) is answered without forking: the agentless pull
-        # records every declared command on every node of a fleet.
-        if "/" not in args[0] and shutil.which(args[0]) is None:
-            return CmdResult(args, "", f"{args[0]}: command not found", 127)
-        import subprocess  # here: a CPU node recorded by the agentless pull runs no tool at all
+        return self.start(argv, timeout).result()
 
+    def start(self, argv: Sequence[str], timeout: float = 10.0) -> Started:
         # A fixed locale keeps tool output parseable (decimal points, English field names).
-        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        try:
-            proc = subprocess.run(
-                args, capture_output=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL, check=False
-            )
-        except FileNotFoundError:
-            return CmdResult(args, "", f"{args[0]}: command not found", 127)
-        except PermissionError as e:
-            return CmdResult(args, "", f"{args[0]}: {e.strerror}", 126)
-        except subprocess.TimeoutExpired:
-            return CmdResult(args, "", f"{args[0]}: timed out after {timeout:g}s", 124)
-        return CmdResult(
-            args,
-            proc.stdout.decode("utf-8", errors="replace"),
-            proc.stderr.decode("utf-8", errors="replace"),
-            proc.returncode,
-        )
+        return spawn.start(argv, timeout, {**os.environ, "LC_ALL": "C", "LANG": "C"})

@@ -8,46 +8,52 @@ redacted.
 This module imports only the standard library and nodeagent.host's base, tree and local modules:
 the cluster runner ships exactly these sources to a node that has no nodeagent installed and runs
 `remote_main` there with the node's own `python3` (nodeagent.cluster.pull), so a node is recorded
-by the same code locally and over SSH. Keep it that way, and runnable on Python 3.8.
+by the same code locally and over SSH. Keep it that way, and runnable on Python 3.8. On a node every
+import is start-up time paid at every pull (nodeagent.cluster.pull): json, re, threading and
+tarfile are imported only by what runs on this machine, never on the node's path.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import os
-import re
 import struct
 import sys
-import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Any
 
 from nodeagent.host import globwalk
-from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name
+from nodeagent.host.base import COMMANDS_DIR, META_FILE, Host, command_name
 from nodeagent.host.local import LocalHost, TreeHost
 from nodeagent.host.tree import DIR, LINK
 
-if TYPE_CHECKING:  # on a node, every import is start-up time paid per host: tarfile & co. load lazily
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     import tarfile
+    from collections.abc import Iterable, Mapping, Sequence
     from pathlib import Path
+    from typing import IO, Any
 
 COMMAND_TIMEOUT_S = 30.0
 
-# /proc/<pid>/environ: only what the checks and tuners look at. Whole NUL-separated items are
-# matched in the raw bytes: as root a node's processes hold thousands of variables, and splitting and
-# decoding each one cost more than reading every file of the recording.
-_ENV_KEEP = re.compile(
-    rb"(?<![^\0])"  # an item's start
-    rb"(?:(?:OMP_|KMP_|GOMP_|TF_|MKL_|OPENBLAS_|CUDA_|NCCL_|NVIDIA_|HOROVOD_)[^\0=]*"
-    rb"|LOCAL_RANK|RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|SLURM_NTASKS_PER_NODE"
-    rb"|SLURM_(?:LOCALID|NTASKS|CPUS_ON_NODE|CPUS_PER_TASK|JOB_CPUS_PER_NODE)"
-    rb"|OMPI_COMM_WORLD_LOCAL_(?:RANK|SIZE)|MPI_LOCALNRANKS|(?:ONEDNN|DNNL)_MAX_CPU_ISA)"
-    rb"(?:=[^\0]*)?(?![^\0])"  # the value, to the item's end
-)
-_SECRET_ARG = re.compile(r"(?i)(pass(word)?|secret|token|api[_-]?key|credential|auth)")
+# /proc/<pid>/environ: only what the checks and tuners look at, the variables of these families and
+# names. As root a node's processes hold thousands of variables: a file holding none of _ENV_MARKERS
+# (most of them) is dropped after one substring search per marker, in C, before anything is split.
+_ENV_FAMILIES = (
+    b"OMP_", b"KMP_", b"GOMP_", b"TF_", b"MKL_", b"OPENBLAS_", b"CUDA_", b"NCCL_", b"NVIDIA_", b"HOROVOD_",
+)  # fmt: skip
+_ENV_NAMES = frozenset(
+    (
+        b"LOCAL_RANK", b"RANK", b"WORLD_SIZE", b"LOCAL_WORLD_SIZE", b"SLURM_NTASKS_PER_NODE",
+        b"SLURM_LOCALID", b"SLURM_NTASKS", b"SLURM_CPUS_ON_NODE", b"SLURM_CPUS_PER_TASK",
+        b"SLURM_JOB_CPUS_PER_NODE", b"OMPI_COMM_WORLD_LOCAL_RANK", b"OMPI_COMM_WORLD_LOCAL_SIZE",
+        b"MPI_LOCALNRANKS", b"ONEDNN_MAX_CPU_ISA", b"DNNL_MAX_CPU_ISA",
+    )
+)  # fmt: skip
+# Every kept item holds one of these (GOMP_ holds OMP_, each name one of the last three).
+_ENV_MARKERS = (*(f for f in _ENV_FAMILIES if f != b"GOMP_"), b"RANK", b"SIZE", b"SLURM_", b"MAX_CPU_ISA")
+# Command-line arguments whose name holds one of these (in any case) have their values redacted.
+_SECRET_WORDS = ("pass", "secret", "token", "apikey", "api_key", "api-key", "credential", "auth")
 
 
 class Recording:
@@ -60,8 +66,19 @@ class Recording:
 
 
 def _filter_environ(data: bytes) -> bytes:
-    kept = _ENV_KEEP.findall(data)
+    if not any(marker in data for marker in _ENV_MARKERS):
+        return b""
+    kept = [
+        item
+        for item in data.split(b"\0")
+        if item.startswith(_ENV_FAMILIES) or item.partition(b"=")[0] in _ENV_NAMES
+    ]
     return b"\0".join(kept) + (b"\0" if kept else b"")
+
+
+def _secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
 
 
 def _redact_cmdline(data: bytes) -> bytes:
@@ -75,7 +92,7 @@ def _redact_cmdline(data: bytes) -> bytes:
             redact_next = False
             continue
         key, eq, _ = text.partition("=")
-        if _SECRET_ARG.search(key):
+        if _secret(key):
             if eq:
                 out.append(f"{key}=REDACTED".encode())
                 continue
@@ -102,19 +119,15 @@ def record(
     the `commands`' outputs."""
     rec = Recording()
     argvs = [tuple(a) for a in commands]
-    results: dict[tuple[str, ...], CmdResult] = {}
-
-    def run(argv: tuple[str, ...]) -> None:
-        results[argv] = host.run(argv, command_timeout)
-
-    # The commands run while the files are read; each is bounded by its timeout (host.run).
-    threads = [threading.Thread(target=run, args=(argv,), daemon=True) for argv in argvs]
-    for t in threads:
-        t.start()
+    # The commands run while the files are read, each bounded by its timeout (Host.start).
+    started = [host.start(argv, command_timeout) for argv in argvs]
     # /proc/self is nodeagent itself while recording: kept as a folder, not a link to a pid.
     # Every folder a pattern passes through is kept, empty if need be: the facts count cpuN and nodeN
     # folders (hwloc does too), and a CPU or memoryless node holding no declared file is still there.
-    found = globwalk.walk(host.tree, patterns, as_folders=("/proc/self",), every_folder=True)
+    try:
+        found = globwalk.walk(host.tree, patterns, as_folders=("/proc/self",), every_folder=True)
+    finally:  # every command is waited for (and reaped), whatever the walk met
+        results = [running.result() for running in started]
     for kind, path, value in found:
         if kind == LINK:
             rec.links[path] = str(value)
@@ -123,10 +136,7 @@ def record(
                 rec.dirs.add(path)
         elif isinstance(value, bytes):  # None: unreadable, left out
             rec.files[path] = _sanitize(path, value)
-    for t in threads:
-        t.join()
-    for argv in argvs:
-        result = results[argv]
+    for argv, result in zip(argvs, results):  # noqa: B905 - zip(strict=) is Python 3.10, nodes run 3.8
         stem = f"/{COMMANDS_DIR}/{command_name(argv)}"
         rec.files[stem + ".txt"] = result.stdout.encode()
         if not result.ok:
@@ -156,6 +166,7 @@ def _add(
 
 def write_tar(rec: Recording, raw: IO[bytes], meta: Mapping[str, object]) -> None:
     """The recording as a tar.gz stream (folders, then links, then files, each sorted)."""
+    import json
     import tarfile
 
     now = time.time()
@@ -200,6 +211,8 @@ def metadata(
 def redacted(rec: Recording, meta: Mapping[str, object]) -> tuple[Recording, dict[str, object]]:
     """`rec` and its metadata with host names, addresses, UUIDs and serials replaced by placeholders
     (nodeagent.host.redact); the metadata's `redacted` says how many of each kind, never which."""
+    import json
+
     from nodeagent.host import redact  # not among the sources the pull ships: it runs here, never on nodes
 
     meta_path = "/" + META_FILE
@@ -254,9 +267,29 @@ def encode(rec: Recording, meta: Mapping[str, object]) -> bytes:
         frame(b"d", d, b"")
     for name, target in sorted(rec.links.items()):
         frame(b"l", name, target.encode("utf-8", "surrogateescape"))
-    for name, data in sorted({**rec.files, "/" + META_FILE: json.dumps(meta).encode()}.items()):
+    for name, data in sorted({**rec.files, "/" + META_FILE: _json(meta).encode("utf-8", "replace")}.items()):
         frame(b"f", name, data)
     return PULL_MAGIC + zlib.compress(bytes(body), 1)
+
+
+# What JSON escapes in a string (RFC 8259, section 7): the quote, the backslash, control characters.
+_JSON_ESCAPES = {
+    **{c: f"\\u{c:04x}" for c in range(0x20)},
+    ord('"'): '\\"',
+    ord("\\"): "\\\\",
+}
+
+
+def _json(value: object) -> str:
+    """`value` (str, a list or tuple of values, a dict of them by str) as JSON text: the metadata of
+    a node's pull, written without the json module (its import is the re module's, on every node)."""
+    if isinstance(value, str):
+        return '"' + value.translate(_JSON_ESCAPES) + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(map(_json, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(_json(k) + ":" + _json(v) for k, v in value.items()) + "}"
+    raise TypeError(f"not in the metadata's JSON subset: {type(value).__name__}")
 
 
 def decode(data: bytes) -> Recording:
