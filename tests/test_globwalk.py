@@ -4,6 +4,7 @@ every kind (relative, absolute, dangling, looping), held in memory and written t
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Collection, Iterable
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodeagent.host.globwalk import walk
+from nodeagent.host.globwalk import matcher, walk
 from nodeagent.host.local import LocalHost
 from nodeagent.host.tree import DIR, FILE, LINK, LiveTree, Tree
 from tests.random_trees import (
@@ -135,3 +136,16 @@ def test_an_attribute_without_read_is_left_out() -> None:
         pytest.skip(f"{rescan} is not on this machine")
     assert LiveTree("/").fetch(rescan) == (FILE, None)
     assert walk(LiveTree("/"), [rescan]) == [(FILE, rescan, None)]
+
+
+# Components as the checks write them, and the bracket expressions left to fnmatch.
+COMPONENT_PIECES = ["a", "b", "0", "9", "-", ".", "*", "?", "[0-9]", "[", "]", "!", "[!0-9]", "[a-b]", "cpu"]
+
+
+@settings(max_examples=3000)
+@given(
+    st.lists(st.sampled_from(COMPONENT_PIECES), max_size=6).map("".join),
+    st.text(alphabet="ab09-.[]!cpu\n", max_size=10),
+)
+def test_a_component_matches_as_fnmatchcase_says(part: str, name: str) -> None:
+    assert bool(matcher(part)(name)) == fnmatch.fnmatchcase(name, part)

@@ -7,6 +7,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +64,32 @@ def test_the_node_side_records_the_same_tree_on_every_python(version: str) -> No
     here = recorder.record(LocalHost(), STABLE, [("uname", "-r")])
     assert (pulled.dirs, pulled.links) == (here.dirs, here.links)
     assert {p: d for p, d in pulled.files.items() if p != "/nodeagent.json"} == here.files
+
+
+# What a node's start-up would pay for at every pull, for nothing the recorder needs (a regression
+# here costs every node milliseconds: nodeagent.cluster.pull).
+NOT_ON_THE_NODE = {
+    "json",
+    "re",
+    "typing",
+    "threading",
+    "subprocess",
+    "shutil",
+    "fnmatch",
+    "shlex",
+    "dataclasses",
+}
+
+
+def test_the_node_side_imports_nothing_heavy() -> None:
+    listing = pull.BOOTSTRAP + "import sys;sys.stderr.write(' '.join(sys.modules))\n"
+    proc = subprocess.run(
+        ["/usr/bin/env", sys.executable, "-I", "-S", "-c", listing],
+        input=pull.payload(STABLE, [("uname", "-r"), ("nodeagent-no-such-tool",)], 10.0),
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    loaded = set(proc.stderr.decode().split())
+    assert "nodeagent.host.recorder" in loaded
+    assert loaded & NOT_ON_THE_NODE == set()
