@@ -29,7 +29,7 @@ from nodeagent.host.tree import DIR, FILE, LINK, Tree
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable
+    from collections.abc import Callable, Collection, Iterable, Mapping
 
     # What the walk yields: (FILE, path, contents), (DIR, path, None) or (LINK, path, target).
     Found = tuple[str, str, bytes | str | None]
@@ -103,19 +103,20 @@ def _is_wildcard(part: str) -> bool:
 class _Node:
     """The patterns' components below one place: plain names, and wildcards with their matchers."""
 
-    __slots__ = ("end", "names", "wildcards")
+    __slots__ = ("end", "guard", "names", "wildcards")
 
     def __init__(self) -> None:
         self.end = False  # a pattern ends here
         self.names: dict[str, _Node] = {}
         self.wildcards: dict[str, tuple[Callable[[str], object], _Node]] = {}
+        self.guard: str | None = None  # one of `names`, read first: empty or absent, the rest are not
 
     @property
     def deeper(self) -> bool:
         return bool(self.names or self.wildcards)
 
 
-def _trie(patterns: Iterable[str]) -> _Node:
+def _trie(patterns: Iterable[str], guards: Mapping[str, str]) -> _Node:
     root = _Node()
     for pattern in patterns:
         node = root
@@ -130,11 +131,30 @@ def _trie(patterns: Iterable[str]) -> _Node:
             else:
                 node = node.names.setdefault(part, _Node())
         node.end = True
+    for folders, name in guards.items():
+        guarded = _below(root, folders)
+        if guarded is not None and name in guarded.names and not guarded.wildcards:
+            guarded.guard = name
     return root
 
 
+def _below(root: _Node, pattern: str) -> _Node | None:
+    """The trie's node for `pattern`, component for component; None when no pattern goes there."""
+    node = root
+    for part in filter(None, pattern.split("/")):
+        child = node.wildcards[part][1] if part in node.wildcards else node.names.get(part)
+        if child is None:
+            return None
+        node = child
+    return node
+
+
 def walk(
-    tree: Tree, patterns: Iterable[str], as_folders: Collection[str] = (), every_folder: bool = False
+    tree: Tree,
+    patterns: Iterable[str],
+    as_folders: Collection[str] = (),
+    every_folder: bool = False,
+    guards: Mapping[str, str] | None = None,
 ) -> list[Found]:
     """Everything `patterns` reach in `tree`: a file's contents are None when it cannot be read
     (EACCES, EIO), and a link is reported when a pattern ends at it or reaches past it. `as_folders`
@@ -142,8 +162,10 @@ def walk(
     own process, that way). A place reached twice (two links to one folder) is reported twice.
     `every_folder` also reports each folder that a component of a pattern matched, whether or not
     anything is found below it, and the links leading to it: no extra system call, as each such
-    folder was listed or opened on the way anyway."""
-    root = _trie(patterns)
+    folder was listed or opened on the way anyway. `guards` maps a folder pattern to one file
+    name the patterns read in it: read first, and when it is empty or absent, no other name below
+    that folder is read (a folder the patterns enter only by plain names)."""
+    root = _trie(patterns, guards or {})
     return _Walk(tree, root, as_folders, every_folder).place("/", DIR, root)
 
 
@@ -166,8 +188,13 @@ class _Walk:
         self.visited[key] = found = []
         prefix = folder.rstrip("/") + "/"
         if not node.wildcards:
+            if node.guard is not None:
+                found += self.place(prefix + node.guard, None, node.names[node.guard])
+                if not any(kind == FILE and value for kind, _, value in found):
+                    return found
             for name, child in node.names.items():
-                found += self.place(prefix + name, None, child)
+                if name != node.guard:
+                    found += self.place(prefix + name, None, child)
             return found
         for name, kind in (self.tree.scan(folder) or {}).items():
             children = [child for match, child in node.wildcards.values() if match(name)]

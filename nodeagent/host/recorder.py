@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 COMMAND_TIMEOUT_S = 30.0
 
+# A process whose command line is empty is a kernel thread or a zombie (proc(5), /proc/pid/cmdline),
+# and the checks read a process's status and environment only when it has one (checks/threads.py).
+# Most of a many-core node's /proc is per-CPU kernel threads: their folders hold the empty cmdline.
+_GUARDS = {"/proc/[0-9]*": "cmdline"}
+
 # /proc/<pid>/environ: only what the checks and tuners look at, the variables of these families and
 # names. As root a node's processes hold thousands of variables: a file holding none of _ENV_MARKERS
 # (most of them) is dropped after one substring search per marker, in C, before anything is split.
@@ -125,7 +130,9 @@ def record(
     # Every folder a pattern passes through is kept, empty if need be: the facts count cpuN and nodeN
     # folders (hwloc does too), and a CPU or memoryless node holding no declared file is still there.
     try:
-        found = globwalk.walk(host.tree, patterns, as_folders=("/proc/self",), every_folder=True)
+        found = globwalk.walk(
+            host.tree, patterns, as_folders=("/proc/self",), every_folder=True, guards=_GUARDS
+        )
     finally:  # every command is waited for (and reaped), whatever the walk met
         results = [running.result() for running in started]
     for kind, path, value in found:
