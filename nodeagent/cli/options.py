@@ -240,7 +240,7 @@ def emit_fleet(report: FleetReport, fmt: str, sections: Sequence[Any] = ()) -> N
     if fmt == "json":
         from nodeagent.render import jsonout
 
-        click.echo(jsonout.dumps(report.to_dict()))
+        click.echo(jsonout.dumps(report.to_dict(), compact=True))
     else:
         from nodeagent.render.fleet import render
         from nodeagent.render.table import console

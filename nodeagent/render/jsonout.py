@@ -20,8 +20,12 @@ def document(doc: dict[str, Any]) -> dict[str, Any]:
     return {"schema": SCHEMA_VERSION, "nodeagent": __version__, **doc}
 
 
-def dumps(doc: dict[str, Any]) -> str:
-    return json.dumps(doc if "schema" in doc else document(doc), indent=2, default=str)
+def dumps(doc: dict[str, Any], compact: bool = False) -> str:
+    """`doc` as JSON, indented for a reader, or `compact` on one line: what a fleet's document is
+    written as, since the json module's C encoder cannot indent and its Python one took 48 ms
+    against 7 ms for 64 hosts' document."""
+    full = doc if "schema" in doc else document(doc)
+    return json.dumps(full, default=str) if compact else json.dumps(full, indent=2, default=str)
 
 
 def report(r: Report) -> str:

@@ -86,7 +86,7 @@ def central_path(pulls: dict[str, bytes], hosts: int, processes: int | None) -> 
     start, cpu0 = time.perf_counter(), _cpu()
     outcomes = replay_fleet(streams, job, processes=count)
     report = FleetReport.build(outcomes, time.perf_counter() - start)
-    text = jsonout.dumps(report.to_dict())
+    text = jsonout.dumps(report.to_dict(), compact=True)  # as `check --cluster --format json` writes it
     wall, cpu = time.perf_counter() - start, _cpu() - cpu0
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
