@@ -155,7 +155,7 @@ def _check_fleet(
 ) -> NoReturn:
     from nodeagent.app import fleet as fleets
     from nodeagent.render import jsonout
-    from nodeagent.render.fleet import progress
+    from nodeagent.render.progress import progress
 
     bw_params = None
     if bandwidth:
@@ -179,7 +179,8 @@ def _check_slurm(request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs:
     one Slurm job step; `request.root`, when given, is read on each node."""
     from nodeagent.app import fleet as fleets
     from nodeagent.render import jsonout
-    from nodeagent.render.fleet import progress, slurm_source
+    from nodeagent.render.fleet import slurm_source
+    from nodeagent.render.progress import progress
 
     if bandwidth:
         raise UsageError("--bandwidth measures between hosts over SSH: use it with --cluster or --hosts")
@@ -532,7 +533,8 @@ def _agent_on_nodes(
     gathered side by side. `section(report)`, when given, renders what the hosts returned (tune:
     each host's changes)."""
     from nodeagent.app import fleet as fleets
-    from nodeagent.render.fleet import progress, slurm_source
+    from nodeagent.render.fleet import slurm_source
+    from nodeagent.render.progress import progress
 
     sections = []
     if inv is not None:

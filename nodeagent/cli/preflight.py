@@ -161,7 +161,7 @@ def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_
         raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
     inv = fleet.inventory() if fleet is not None else None
     if inv is not None:
-        from nodeagent.render.fleet import progress
+        from nodeagent.render.progress import progress
 
         with progress(len(inv.hosts), "baseline") as on_done:
             saved = baselines.save(path, root, fleet, on_done)

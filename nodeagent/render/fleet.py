@@ -176,9 +176,9 @@ def slurm_source(r: FleetReport) -> Text:
 
 
 @contextmanager
-def progress(total: int, label: str) -> Iterator[Callable[[HostOutcome], None]]:
+def progress_bar(total: int, label: str) -> Iterator[Callable[[HostOutcome], None]]:
     """A progress bar on stderr (only on a terminal: logs and pipes stay clean), counting hosts that
-    answered and hosts that failed as they finish."""
+    answered and hosts that failed as they finish (nodeagent.render.progress shows it)."""
     console = Console(stderr=True)
     bar = Progress(
         TextColumn("[bold]{task.description}"),
