@@ -157,22 +157,18 @@ def test_a_guard_file_that_is_empty_or_absent_leaves_the_rest_of_its_folder_unre
         "2": {"cmdline": b"", "status": b"Name:\tkthreadd\n", "environ": b""},  # a kernel thread
         "3": {"status": b"Name:\tgone\n"},  # exited between listing and reading
     }
-    for pid, files in procs.items():
+    for pid, contents in procs.items():
         (tmp_path / "proc" / pid).mkdir(parents=True)
-        for name, data in files.items():
+        for name, data in contents.items():
             (tmp_path / "proc" / pid / name).write_bytes(data)
     patterns = ["/proc/[0-9]*/status", "/proc/[0-9]*/cmdline", "/proc/[0-9]*/environ"]
     tree = LiveTree(str(tmp_path))
 
-    def files(guards: dict[str, str] | None) -> set[str]:
-        return {p for kind, p, _ in walk(tree, patterns, guards=guards) if kind == FILE}
+    def reached(of_kind: str, guards: dict[str, str] | None) -> set[str]:
+        return {p for kind, p, _ in walk(tree, patterns, every_folder=True, guards=guards) if kind == of_kind}
 
-    assert files(None) == {f"/proc/{pid}/{name}" for pid, names in procs.items() for name in names}
-    guarded = files({"/proc/[0-9]*": "cmdline"})
-    assert guarded == {"/proc/1/cmdline", "/proc/1/status", "/proc/1/environ", "/proc/2/cmdline"}
+    guard = {"/proc/[0-9]*": "cmdline"}
+    assert reached(FILE, None) == {f"/proc/{pid}/{name}" for pid, names in procs.items() for name in names}
+    assert reached(FILE, guard) == {"/proc/1/cmdline", "/proc/1/status", "/proc/1/environ", "/proc/2/cmdline"}
     # The folders are there all the same: a process count reads them.
-    assert {
-        p
-        for kind, p, _ in walk(tree, patterns, every_folder=True, guards={"/proc/[0-9]*": "cmdline"})
-        if kind == DIR
-    } >= {"/proc/1", "/proc/2", "/proc/3"}
+    assert reached(DIR, guard) >= {"/proc/1", "/proc/2", "/proc/3"}
