@@ -123,9 +123,8 @@ MAX_HOSTNAME = 253
 
 def _host_label(label: str) -> bool:
     """`label` is an RFC 1123 label: [A-Za-z0-9] at both ends, [A-Za-z0-9-] between, 1-63 long."""
-    inner_ok = all(c.isascii() and (c.isalnum() or c == "-") for c in label)
-    ends_ok = label[:1].isalnum() and label[-1:].isalnum()
-    return 0 < len(label) <= MAX_LABEL and label.isascii() and inner_ok and ends_ok
+    characters_ok = label.isascii() and all(c.isalnum() or c == "-" for c in label)
+    return 0 < len(label) <= MAX_LABEL and characters_ok and label[0].isalnum() and label[-1].isalnum()
 
 
 def hostname_problem(name: str) -> str | None:

@@ -55,7 +55,7 @@ _ENV_NAMES = frozenset(
         b"MPI_LOCALNRANKS", b"ONEDNN_MAX_CPU_ISA", b"DNNL_MAX_CPU_ISA",
     )
 )  # fmt: skip
-# Every kept item holds one of these (GOMP_ holds OMP_, each name one of the last three).
+# Every kept item holds one of these (GOMP_ holds OMP_, each name one of the last four).
 _ENV_MARKERS = (*(f for f in _ENV_FAMILIES if f != b"GOMP_"), b"RANK", b"SIZE", b"SLURM_", b"MAX_CPU_ISA")
 # Command-line arguments whose name holds one of these (in any case) have their values redacted.
 _SECRET_WORDS = ("pass", "secret", "token", "apikey", "api_key", "api-key", "credential", "auth")
