@@ -169,11 +169,6 @@ def parse(text: str) -> tuple[tuple[DiagResult, ...], Mapping[str, Any], Mapping
     return tuple(results), root, doc
 
 
-def _first_line(result: CmdResult) -> str:
-    lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return lines[0].strip() if lines else f"exit code {result.exited}"
-
-
 def _versions(root: Mapping[str, Any], doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
     found = doc.get("metadata")
     meta: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
@@ -204,7 +199,7 @@ def from_result(result: CmdResult) -> DiagRun:
                 version=version, driver=driver, error="the report lists no test result", evidence=evidence
             )
         return DiagRun(results, version, driver, evidence=evidence)
-    why = _first_line(result)
+    why = result.first_line()
     if result.exited == 127:
         return DiagRun(reason=f"DCGM is not installed or was not recorded ({why})", evidence={SOURCE: why})
     if result.exited == 124:

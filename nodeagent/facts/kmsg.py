@@ -40,7 +40,7 @@ from nodeagent.facts import pci
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from nodeagent.host import CmdResult, Host
+    from nodeagent.host import Host
 
 COMMAND = ("dmesg", "-r")
 SOURCE = "dmesg -r"
@@ -143,15 +143,10 @@ def collect(host: Host) -> KernelLog:
     return host.memo("facts.kernel_log", lambda: _collect(host))
 
 
-def _first_line(result: CmdResult) -> str:
-    lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
-    return lines[0].strip() if lines else f"exit code {result.exited}"
-
-
 def _collect(host: Host) -> KernelLog:
     result = host.run(COMMAND, timeout=TIMEOUT_S)
     if not result.ok:
-        why = _first_line(result)
+        why = result.first_line()
         if result.exited == 127:
             what = f"`{SOURCE}` not available ({why})"
         elif result.exited == 124:

@@ -398,11 +398,6 @@ def with_nvlinks(gpus: tuple[GpuHealth, ...], status: str, errors: str | None) -
     return tuple(out)
 
 
-def _first_line(result: CmdResult) -> str:
-    text = (result.stderr.strip() or result.stdout.strip() or f"exit code {result.exited}").splitlines()
-    return text[0].strip() if text else f"exit code {result.exited}"
-
-
 @dataclass(frozen=True)
 class SmiRun:
     """One run (or recording) of `nvidia-smi -q -x`: its output parsed, or why it could not be."""
@@ -447,7 +442,7 @@ def collect_report(
     result = run.result
     base = GpuReport(SOURCE, kernel_module_version=module_version, nvlink_source=NVLINK_SOURCE)
     if not result.ok:
-        why = _first_line(result)
+        why = result.first_line()
         evidence = {shlex.join(COMMAND): why}
         if module_version:
             evidence[f"{gpu_report.MODULE_VERSION} or {gpu_report.PROC_VERSION}"] = module_version
@@ -482,7 +477,7 @@ def collect_report(
     status = host.run(NVLINK_STATUS, timeout=15)
     if not status.ok:
         return dataclasses.replace(
-            base, gpus=log.gpus, nvlink_reason=f"no `nvidia-smi nvlink -s` data: {_first_line(status)}"
+            base, gpus=log.gpus, nvlink_reason=f"no `nvidia-smi nvlink -s` data: {status.first_line()}"
         )
     errors = host.run(NVLINK_ERRORS, timeout=15)
     gpus = with_nvlinks(log.gpus, status.stdout, errors.stdout if errors.ok else None)

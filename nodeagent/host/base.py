@@ -83,6 +83,12 @@ class CmdResult:
     def ok(self) -> bool:
         return self.exited == 0
 
+    def first_line(self) -> str:
+        """What the command said, in one line: the first of its error output, else of its output,
+        else its exit code (why a failed tool gave no result)."""
+        lines = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return lines[0].strip() if lines else f"exit code {self.exited}"
+
     @property
     def command(self) -> str:
         import shlex
