@@ -108,17 +108,6 @@ def command(python: str) -> str:
     return shlex.join([python, "-I", "-S", "-c", BOOTSTRAP])
 
 
-def check_size(stream: bytes, cap: int | None = None) -> None:
-    """ValueError when the pull stream `stream` decompresses to more than `cap` bytes (default
-    NODEAGENT_MAX_RECORDING_MIB), found while decompressing in bounded pieces, so a zlib bomb (2 MB
-    that inflate to gigabytes) costs one piece of memory at a time. A stream that is not a
-    recording, or a corrupt one, is left to nodeagent.host.recorder.decode to name."""
-    from nodeagent.host.recorder import PULL_MAGIC
-
-    if stream.startswith(PULL_MAGIC):
-        _inflate(stream[len(PULL_MAGIC) :], _cap(cap), keep=False)
-
-
 def read(stream: bytes, cap: int | None = None) -> Recording:
     """The recording in the pull stream `stream`, inflated in one pass that stops as soon as it
     passes `cap` bytes (default NODEAGENT_MAX_RECORDING_MIB): a zlib bomb costs at most the cap, as
@@ -128,7 +117,7 @@ def read(stream: bytes, cap: int | None = None) -> Recording:
 
     if not stream.startswith(recorder.PULL_MAGIC):
         return recorder.decode(stream)  # names what it is instead
-    body = _inflate(stream[len(recorder.PULL_MAGIC) :], _cap(cap), keep=True)
+    body = _inflate(stream[len(recorder.PULL_MAGIC) :], _cap(cap))
     return recorder.decode_body(body)
 
 
@@ -139,9 +128,9 @@ def _cap(cap: int | None) -> int:
 _PIECE = 1 << 20  # what one step of inflating may produce
 
 
-def _inflate(data: bytes, cap: int, keep: bool) -> bytes:
-    """`data` inflated (b"" unless `keep`), in pieces of _PIECE, stopping with ValueError as soon as
-    the output passes `cap`, or when the stream is corrupt or ends before its end (keep only)."""
+def _inflate(data: bytes, cap: int) -> bytes:
+    """`data` inflated in pieces of _PIECE, stopping with ValueError as soon as the output passes
+    `cap`, or when the stream is corrupt or ends before its end."""
     inflate = zlib.decompressobj()
     pieces: list[bytes] = []
     size = 0
@@ -155,14 +144,11 @@ def _inflate(data: bytes, cap: int, keep: bool) -> bytes:
                     f"it decompresses to more than {cap / limits.MiB:g} MiB "
                     "(limit NODEAGENT_MAX_RECORDING_MIB)"
                 )
-            if keep:
-                pieces.append(chunk)
+            pieces.append(chunk)
             if not chunk and not data:
                 break  # all of the input read
     except zlib.error as e:
-        if not keep:
-            return b""  # decode names the corruption
         raise ValueError(f"a truncated or corrupt recording ({e})") from None
-    if keep and not inflate.eof:
+    if not inflate.eof:
         raise ValueError("a truncated or corrupt recording (the stream ends before its end)")
     return b"".join(pieces)
