@@ -78,3 +78,11 @@ def test_a_finished_command_leaves_no_process_or_descriptor() -> None:
     with pytest.raises(ChildProcessError):
         os.waitpid(started.pid, os.WNOHANG)  # reaped: no zombie is left
     assert set(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_command_gets_sigpipe_back_as_subprocess_gives_it(host: LocalHost) -> None:
+    # Python ignores SIGPIPE; a pipeline's writer must die of it again when its reader is gone.
+    r = host.run(["sh", "-c", "yes | head -c 4 >/dev/null; echo $?"])
+    assert r.stdout == "0\n" and r.exited == 0
+    ignored = int(host.run(["sh", "-c", "sed -n 's/^SigIgn:[[:space:]]*//p' /proc/self/status"]).stdout, 16)
+    assert not ignored & (1 << (13 - 1)) and not ignored & (1 << (25 - 1))  # SIGPIPE, SIGXFSZ (signal(7))

@@ -9,13 +9,17 @@ with no thread per command:
 - a command not found exits 127 and one that cannot be executed 126, as a POSIX shell reports them;
 - past its timeout a command is killed (SIGKILL, as subprocess.run does) and exits 124, as
   timeout(1) reports it;
-- a command killed by a signal exits -N, as subprocess reports it.
+- a command killed by a signal exits -N, as subprocess reports it;
+- the command gets SIGPIPE and SIGXFSZ back at their defaults (Python ignores them; subprocess's
+  restore_signals), and only its three standard descriptors: nodeagent's own are close-on-exec
+  (PEP 446), as Python opens every file.
 
 Standard library only, Python 3.8 (nodeagent.cluster.pull runs it on nodes).
 """
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # built in, no stub: the signal module's own core
 import os
 import select
 import time
@@ -27,7 +31,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 _CHUNK = 1 << 16  # a pipe's default capacity (pipe(7)): one read empties a full pipe
-_SIGKILL = 9  # the same number on every Linux architecture (signal(7)); the signal module imports enum
+# The signal module imports enum (start-up time on every node of a pull); _signal is built in.
+_SIGKILL: int = _signal.SIGKILL
+_RESTORED: tuple[int, int] = (_signal.SIGPIPE, _signal.SIGXFSZ)
 # How long a command that closed its output may take to exit before it is looked at again.
 _FIRST_NAP_S = 0.0005
 _LONGEST_NAP_S = 0.02
@@ -137,7 +143,7 @@ def start(argv: Sequence[str], timeout: float, env: Mapping[str, str]) -> Starte
         (os.POSIX_SPAWN_DUP2, err_w, 2),
     ]
     try:
-        pid = os.posix_spawnp(args[0], args, env, file_actions=actions)
+        pid = os.posix_spawnp(args[0], args, env, file_actions=actions, setsigdef=_RESTORED)
     except OSError as e:
         os.close(out_r)
         os.close(err_r)
