@@ -516,7 +516,10 @@ def test_prolog_refusal_requeues_a_batch_job(cluster: SlurmCluster, site: Site, 
     )
     job_id = submitted.stdout.strip().split(";")[0]
     deadline = time.monotonic() + JOB_TIMEOUT_S
-    while (fields := show_job(cluster, job_id))["Restarts"] == "0" and time.monotonic() < deadline:
+    # Requeued, the job passes through COMPLETING (its node ending the allocation) before PENDING.
+    while (fields := show_job(cluster, job_id))["Restarts"] == "0" or fields["JobState"] == "COMPLETING":
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.2)
     assert fields["Restarts"] == "1" and fields["JobState"] == "PENDING", fields
     assert fields["Priority"] != "0" and "held" not in fields["Reason"].lower(), fields  # not held
