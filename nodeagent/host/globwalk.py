@@ -91,7 +91,7 @@ def matcher(part: str) -> Callable[[str], object]:
     if part == _STAR:
         return lambda name: True
     literal = part[:-1]
-    if part.endswith(_STAR) and not any(c in literal for c in "*?["):
+    if part.endswith(_STAR) and not _is_wildcard(literal):
         return lambda name: name.startswith(literal)
     return lambda name: _fits(name, units)
 

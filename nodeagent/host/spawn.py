@@ -124,7 +124,7 @@ def _on_path(name: str, env: Mapping[str, str]) -> bool:
     """An executable `name` is on the PATH of `env`, or `name` is a path: what shutil.which tells."""
     if "/" in name:
         return True
-    places = (os.path.join(folder or ".", name) for folder in os.get_exec_path(dict(env)))
+    places = (os.path.join(folder or ".", name) for folder in os.get_exec_path(env))
     return any(os.access(p, os.X_OK) and not os.path.isdir(p) for p in places)
 
 
