@@ -533,7 +533,6 @@ def _agent_on_nodes(
     gathered side by side. `section(report)`, when given, renders what the hosts returned (tune:
     each host's changes)."""
     from nodeagent.app import fleet as fleets
-    from nodeagent.render.fleet import slurm_source
     from nodeagent.render.progress import progress
 
     sections = []
@@ -544,6 +543,8 @@ def _agent_on_nodes(
         target = fleets.slurm_target(fleet.request())
         with progress(len(target.nodes), argv[0]) as on_done:
             report = fleets.on_slurm(target, argv, fleet.request(), statuses, on_done)
+        from nodeagent.render.fleet import slurm_source  # rich and the tables: only for Slurm's line
+
         sections.append(slurm_source(report))
     sections += [section(report)] if section is not None else []
     emit_fleet(report, fmt, sections if fmt != "json" else ())
