@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from nodeagent.api.check import Check, param
 from nodeagent.core import parse
-from nodeagent.core.finding import Finding, Status, unparsable
+from nodeagent.core.finding import Finding, Status, not_recorded, unparsable
 from nodeagent.facts import gpus, network, pci, topology
 from nodeagent.facts.gpus import Gpu
 from nodeagent.facts.network import ARPHRD_INFINIBAND, NET_DIR, Nic, RdmaPort
@@ -99,6 +99,7 @@ class Facts:
     # physical NIC -> carrier as read: "" is a recorded read error (EINVAL: the interface is not
     # up, net-sysfs.c carrier_show), None an absent file.
     carrier_raw: dict[str, str | None] = field(default_factory=dict)
+    net_recorded: bool = True  # False: a recording that does not hold /sys/class/net (Host.recorded)
 
 
 def collect(host: Host) -> Facts:
@@ -126,6 +127,7 @@ def collect(host: Host) -> Facts:
         peermem_evidence=evidence,
         modules_readable=readable,
         carrier_raw=carrier,
+        net_recorded=host.recorded(NET_DIR),
     )
 
 
@@ -462,6 +464,8 @@ def _peermem_finding(f: Facts, p: Params) -> Finding:
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
+    if not f.net_listed and not f.net_recorded:
+        return [not_recorded(ID, NET_DIR, "interfaces", "network interfaces")]
     if not f.net_listed:
         return [
             Finding(

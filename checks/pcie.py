@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from nodeagent.api.check import Check, param
 from nodeagent.core import parse
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, not_recorded
 from nodeagent.facts import gpus, network, nvidia_smi, nvml, pci, system
 from nodeagent.facts.gpu_report import GpuHealth, GpuReport, PcieLink
 from nodeagent.facts.pci import PCI_DIR, PciDevice
@@ -166,6 +166,7 @@ class Facts:
     # What the GPUs' driver says (NVML here, `nvidia-smi -q -x` on recordings): read only when a GPU
     # has no sysfs link to judge, or a recording shows no GPU in sysfs. None: not read.
     gpu_report: GpuReport | None = None
+    pci_recorded: bool = True  # False: a recording that does not hold /sys/bus/pci/devices (Host.recorded)
 
 
 def _bad_link_value(attr: str, raw: str) -> bool:
@@ -196,6 +197,7 @@ def collect(host: Host) -> Facts:
     gpu_iommu = _gpu_iommu(host, gpu_addrs) if groups else {}
     acs = _acs_above(host, by_addr, gpu_addrs, nic_addrs)
     return Facts(
+        pci_recorded=host.recorded(PCI_DIR),
         devices=devices,
         gpus=gpu_addrs,
         nics=nic_addrs,
@@ -443,6 +445,8 @@ def _port_downtrained(d: PciDevice, parent: PciDevice | None) -> Finding:
 
 
 def _links(f: Facts, p: Params) -> list[Finding]:
+    if not f.devices and not f.pci_recorded:
+        return [not_recorded(ID, PCI_DIR, "links", "PCIe links")]
     if not f.devices:
         return [
             Finding(

@@ -19,6 +19,7 @@ Run `python -m tests.corpus OUT` to write every recording's tree below OUT.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tarfile
@@ -28,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from nodeagent.host.base import command_name
+from nodeagent.host.base import META_FILE, command_name
 from tests import dmi, ib_sysfs, ttar
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
@@ -102,17 +103,27 @@ def names() -> list[str]:
 
 
 def build_tree(rec: Recording, dest: Path) -> Path:
-    """The recording as a snapshot folder at `dest` (created; must not exist)."""
+    """The recording as a snapshot folder at `dest` (created; must not exist).
+
+    A tree built only from command outputs and `ibstat`/`ibv_devinfo` says what it recorded, as
+    `nodeagent snapshot` does (nodeagent.json's `paths`: /sys/class/infiniband, or nothing), so that
+    what the source never showed reads as not recorded, not as absent (Host.recorded). A tree
+    unpacked from an archive is read as it is."""
     dest.mkdir(parents=True)
     (dest / "commands").mkdir()
+    walked: set[str] | None = set()
     for kind, file in rec.files.items():
         source = rec.folder / file
         if kind in COMMANDS:
             (dest / "commands" / f"{command_name(COMMANDS[kind])}.txt").write_bytes(source.read_bytes())
         elif kind.startswith("ib"):
             ib_sysfs.write(ib_sysfs.parse(source.read_text(), kind), dest)
+            walked = None if walked is None else walked | {"/sys/class/infiniband"}
         else:
             _unpack(source, dest)
+            walked = None
+    if walked is not None:
+        (dest / META_FILE).write_text(json.dumps({"paths": sorted(walked)}))
     dmidecode = dest / "sbin" / "dmidecode"
     if dmidecode.is_file():
         dmi.write(dmi.parse(dmidecode.read_text()), dest)

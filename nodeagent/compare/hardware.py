@@ -31,13 +31,17 @@ _ACTIVE = "ACTIVE"  # ports/N/state "4: ACTIVE" (https://www.kernel.org/doc/Docu
 def counts(facts: Mapping[str, Any]) -> dict[str, int | float]:
     """The hardware.* values of one node's facts document (nodeagent.facts.node.collect)."""
     out: dict[str, int | float] = {}
+    # A list a recording did not hold is not an empty one: no count comes from it.
+    unrecorded = facts.get("unrecorded")
+    if not isinstance(unrecorded, Mapping):
+        unrecorded = {}
     gpus = _entries(facts.get("gpus"))
-    if gpus or _entries(facts.get("pci")):
+    if "gpus" not in unrecorded and (gpus or ("pci" not in unrecorded and _entries(facts.get("pci")))):
         out[f"{SECTION}.gpus"] = len(gpus)
         for model, n in sorted(Counter(_model(g) for g in gpus).items()):
             out[f"{SECTION}.gpu_models[{model}]"] = n
     ports = _entries(facts.get("rdma"))
-    if isinstance(facts.get("rdma"), list):
+    if isinstance(facts.get("rdma"), list) and "rdma" not in unrecorded:
         out[f"{SECTION}.rdma_hcas"] = len({str(p.get("device")) for p in ports})
         out[f"{SECTION}.rdma_ports"] = len(ports)
         out[f"{SECTION}.rdma_ports_active"] = sum(1 for p in ports if p.get("state") == _ACTIVE)

@@ -60,7 +60,8 @@ EXCLUDED_KEYS: tuple[str, ...] = (
     # Readings of the moment rather than configuration: the gpu check's temperatures, margin to the
     # slowdown temperature and clock event reasons (NVML says "GPU idle" whenever no job runs:
     # https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html).
-    r"temperature|slowdown margin|clock event reasons",
+    # Likewise its utilisation and performance state (P0 under load, P8 idle: nvidia-smi(1)).
+    r"temperature|slowdown margin|clock event reasons|utilization/|performance_state",
     # Virtual interfaces created per container or VM under random names (veth1a2b3c, cali..., tap...).
     r"(nics\[|/sys/class/net/)(veth|cali|tap|vnet|docker|br-|cni|flannel|vxlan)",
 )
@@ -118,6 +119,7 @@ _UNITS: dict[str, float] = {
     "Gbps": 1e9,
     "MT/s": 1e6,
     "GT/s": 1e9,
+    "W": 1,
     "Hz": 1,
     "kHz": 1e3,
     "MHz": 1e6,
@@ -132,6 +134,33 @@ _UNITS: dict[str, float] = {
 # A number, an optional unit, and an optional remark in parentheses that is dropped:
 # "40 Gb/sec (4X QDR)" -> 40e9, "512 (free 3)" -> 512 (the free count is the moment's use).
 _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d()]*)\s*(?:\([^()]*\))?")
+
+
+# --- What a recording did not hold -----------------------------------------------------------------
+# The facts document's `unrecorded` (nodeagent.facts.node: value key prefix -> the place a recording
+# did not hold) flattens to "unrecorded.<prefix>"; the hardware counts are read from the device lists.
+UNRECORDED = "unrecorded."
+NOT_RECORDED = "not recorded"  # how a check's evidence says it (nodeagent.core.finding.not_recorded)
+_COUNTED_FROM = (("hardware.gpu", "gpus"), ("hardware.rdma_", "rdma"))
+
+
+def unrecorded_place(key: str, values: Mapping[str, Value]) -> str | None:
+    """Where `key`'s value is read, when the node's recording did not hold that place; None when it
+    did (or the node is a machine, where a missing place is absent). A key of a check's evidence is
+    unrecorded where that check reported its input not recorded."""
+    if key.startswith("check."):
+        prefix = "check." + key.split(".", 2)[1] + "."
+        for k, v in values.items():
+            if k.startswith(prefix) and v == NOT_RECORDED:
+                return k[len(prefix) :].split(".", 1)[-1]
+        where = key[key.find("./") + 1 :] if "./" in key else ""
+        roots = (k[len(UNRECORDED) :] for k in values if k.startswith(UNRECORDED + "/"))
+        return next((root for root in roots if where == root or where.startswith(root + "/")), None)
+    lookup = next((section for count, section in _COUNTED_FROM if key.startswith(count)), key)
+    for k, v in values.items():
+        if k.startswith(UNRECORDED) and isinstance(v, str) and lookup.startswith(k[len(UNRECORDED) :]):
+            return v
+    return None
 
 
 # --- Flattening one host ---------------------------------------------------------------------------

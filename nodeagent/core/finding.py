@@ -76,6 +76,24 @@ class Finding:
         }
 
 
+NOT_RECORDED = "not recorded"
+
+
+def not_recorded(check_id: str, path: str, subject: str, what: str) -> Finding:
+    """SKIPPED because a recording does not hold `path` (Host.recorded): that says nothing about the
+    machine, so `what` is not judged, and nothing is claimed absent."""
+    return Finding(
+        check_id,
+        Status.SKIPPED,
+        f"{NOT_RECORDED}: {path} ({what} not judged)",
+        {path: NOT_RECORDED},
+        expected=f"{path} in the recording",
+        remediation="Record the node again with `nodeagent snapshot` (it records what every check reads), "
+        "or mount the node's /sys and /proc whole.",
+        subject=subject,
+    )
+
+
 def skipped(check_id: str, reason: str, evidence: Mapping[str, str] | None = None) -> Finding:
     return Finding(check_id, Status.SKIPPED, reason, evidence=dict(evidence or {}))
 

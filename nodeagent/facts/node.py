@@ -6,7 +6,45 @@ import dataclasses
 from typing import Any
 
 from nodeagent.facts import gpus, memory, network, pci, pci_topology, system, topology
+from nodeagent.facts.gpu_report import SMI_COMMAND
 from nodeagent.host import Host
+
+# Where each part of the document is read, by the value keys it gives (nodeagent.compare.values): a
+# recording that does not hold the place (Host.recorded: no sys/ at all, `snapshot --only kernel`)
+# has that part empty, and `unrecorded` names the place, so that an empty list of HCAs there is
+# never read as a node without HCAs.
+SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("topology", (topology.CPU_DIR,)),
+    ("pci", (pci.PCI_DIR,)),
+    ("nics", (network.NET_DIR,)),
+    ("rdma", (network.IB_DIR,)),
+    ("hugepages.thp_", (memory.THP_DIR,)),
+    ("hugepages.pools", (memory.HUGE_DIR,)),
+    ("memory", ("/proc/meminfo",)),
+    ("kernel.release", ("/proc/sys/kernel/osrelease",)),
+    ("kernel.cmdline", ("/proc/cmdline",)),
+    ("dmi", (system.DMI_DIR,)),
+)
+
+# The places the checks' evidence is read from, by path: a check's value under one that was not
+# recorded ("check.numa.kernel.numa_balancing./proc/sys/kernel/numa_balancing" without /proc/sys)
+# is not recorded either.
+ROOTS = (
+    "/proc/sys",
+    "/proc/self",
+    "/proc/cpuinfo",
+    "/proc/meminfo",
+    "/proc/modules",
+    "/sys/devices/system/cpu",
+    "/sys/devices/system/node",
+    "/sys/kernel/mm",
+    "/sys/bus/pci/devices",
+    "/sys/class/net",
+    "/sys/class/infiniband",
+    "/sys/class/block",
+    "/sys/fs/cgroup",
+    "/sys/module",
+)
 
 PATHS = (*topology.PATHS, *pci.PATHS, *network.PATHS, *memory.PATHS, *system.PATHS, *gpus.PATHS)
 COMMANDS = gpus.COMMANDS
@@ -49,7 +87,23 @@ def collect(host: Host, commands: bool = True) -> dict[str, Any]:
         "dmi": sysinfo.dmi,
         "problems": sorted({*t.problems, *mem.problems}),
         "notes": [] if matrix is not None else [f"nvidia-smi topo -m: {matrix_missing}"],
+        "unrecorded": unrecorded(host),
     }
+
+
+def unrecorded(host: Host) -> dict[str, str]:
+    """Value key prefix -> the place not recorded, for the parts of the document (SOURCES) a
+    recording does not hold; GPUs when neither the PCI tree nor the driver's list was recorded; and
+    path -> path for the ROOTS of the checks' evidence. Empty on a machine (Host.recorded)."""
+    out = {
+        prefix: ", ".join(places)
+        for prefix, places in SOURCES
+        if not any(host.recorded(place) for place in places)
+    }
+    out.update({root: root for root in ROOTS if not host.recorded(root)})
+    if "pci" in out and not host.recorded(gpus.NVIDIA_PROC) and not host.recorded_command(SMI_COMMAND):
+        out["gpus"] = f"{pci.PCI_DIR}, {gpus.NVIDIA_PROC}, {' '.join(SMI_COMMAND)}"
+    return out
 
 
 def _topology(t: topology.Topology) -> dict[str, Any]:

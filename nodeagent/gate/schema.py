@@ -219,6 +219,7 @@ FACT_SECTIONS = (
     "dmi",
     "problems",
     "notes",
+    "unrecorded",
 )
 # Counts host_values derives from the facts (nodeagent.compare.hardware): all numbers.
 HARDWARE_SECTION = "hardware"

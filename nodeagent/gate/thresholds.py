@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.compare import hardware
-from nodeagent.compare.values import Value
+from nodeagent.compare.values import Value, unrecorded_place
 from nodeagent.core.finding import Finding, Status
 
 CHECK_ID = "playbook"
@@ -231,6 +231,14 @@ def _absent(t: Threshold, key: str, values: Mapping[str, Value], host: str) -> F
     evidence = {key: "(absent)"}
     check_id = _check_of(key)
     ran = check_id is None or _ran(check_id, values)
+    place = unrecorded_place(key, values) if ran else None
+    if place is not None:
+        # A recording that did not hold the place says nothing of the node: never "not present".
+        evidence = {key: f"not recorded: {place}"}
+        if t.when_missing == "skip":
+            return _finding(t, Status.SKIPPED, f"{key}: not recorded: {place}", evidence, key, host)
+        summary = f"{key}: not recorded: {place}, so {t.expected} cannot be judged"
+        return _finding(t, Status.UNKNOWN, summary, evidence, key, host)
     if t.when_missing == "skip" or not ran:
         why = "not present on this node" if ran else f"check {check_id} did not run"
         return _finding(t, Status.SKIPPED, f"{key}: {why}", evidence, key, host)

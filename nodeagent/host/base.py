@@ -203,6 +203,16 @@ class Host(ABC):
         "unreadable: a FIFO, not a regular file"); None when it is absent or was read."""
         return None
 
+    def recorded(self, path: str) -> bool:
+        """Whether this host can tell if `path` exists. A machine (this one, a live mount of it, a
+        node over SSH) always can: a folder its /sys lacks is absent. A recording only can for what
+        it recorded (SnapshotHost): elsewhere a missing path says nothing about the machine."""
+        return True
+
+    def recorded_command(self, argv: Sequence[str]) -> bool:
+        """Whether this host can run `argv`, or recorded what it printed (SnapshotHost)."""
+        return True
+
     @abstractmethod
     def run(self, argv: Sequence[str], timeout: float = 10.0) -> CmdResult:
         """Run a command. A missing tool gives exited=127, a timeout exited=124; never raises."""

@@ -88,6 +88,37 @@ class SnapshotHost(TreeHost):
             return {}
         return meta if isinstance(meta, dict) else {}
 
+    def recorded(self, path: str) -> bool:
+        """Whether the recording can tell if `path` exists on its machine.
+
+        - Recorded by nodeagent (its metadata lists the patterns walked): `path` lies on the walk
+          of one of them (`_on_walk`), or the recording holds it. `snapshot --only kernel` recorded
+          no /sys/class/infiniband: the rdma check's files there are not recorded, not absent.
+        - Any other tree (hwloc's test trees, a copy of /sys and /proc): the tree holds `path` or
+          its folder. A tree with no sys/ (only `nvidia-smi -q -x` output), or a sys/ without
+          class/, recorded nothing below: /sys/class/infiniband missing from it is not a node
+          without HCAs.
+        """
+        if self.tree.kind(path) is not None:
+            return True
+        walked = self._walked()
+        if walked is not None:
+            return any(_on_walk(path, pattern) for pattern in walked)
+        folder = path.rstrip("/").rsplit("/", 1)[0] or "/"
+        return self.tree.kind(folder) == DIR
+
+    def recorded_command(self, argv: Sequence[str]) -> bool:
+        """Whether the recording holds what `argv` printed (commands/<name>.txt)."""
+        return self.tree.kind(f"/{COMMANDS_DIR}/{command_name(tuple(argv))}.txt") is not None
+
+    def _walked(self) -> list[str] | None:
+        """The patterns nodeagent's recorder walked (its metadata's `paths`); None when the tree was
+        not recorded by nodeagent or its metadata does not say."""
+        paths = self.meta.get("paths")
+        if isinstance(paths, list) and all(isinstance(p, str) for p in paths):
+            return paths  # [] too: only commands were recorded
+        return None
+
     def write(self, path: str, value: str) -> None:
         self._writable()
         super().write(path, value)
@@ -120,6 +151,18 @@ class SnapshotHost(TreeHost):
         # not one, and reads as a failure (1), never as an error of ours (int() of 5000 digits).
         code = int(code_text) if re.fullmatch(r"-?[0-9]{1,10}", code_text) else 1
         return CmdResult(args, out, self.tree.read(stem + ".err") or "", code)
+
+
+def _on_walk(path: str, pattern: str) -> bool:
+    """Whether walking `pattern` (a recorder glob, components matched by fnmatch) looked at `path`:
+    every component of `path` matches the pattern's component at that depth, so the walk listed or
+    opened it (a path deeper than the pattern is inside what the pattern reached: the shorter of the
+    two decides, hence strict=False)."""
+    import fnmatch
+
+    parts = [p for p in path.split("/") if p]
+    units = [p for p in pattern.split("/") if p]
+    return all(fnmatch.fnmatchcase(part, unit) for part, unit in zip(parts, units, strict=False))
 
 
 def open_host(root: str | None, writable: bool = False, name: str | None = None) -> Host:
