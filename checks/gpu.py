@@ -505,6 +505,7 @@ def _mig_ok(r: GpuReport, g: GpuHealth) -> Finding:
             )
             evidence[_key(r, g, m.label)] = f"{m.shape}; {ecc_text}"
     evidence[_key(r, g, g.pci_address or "summary")] = _summary(g)
+    evidence.update(_setting_values(r, g))
     evidence[f"{r.source}: driver version"] = r.driver_version or "?"
     return Finding(ID, Status.OK, f"{g.label}: MIG enabled: {what}", evidence, subject=g.subject)
 
@@ -664,6 +665,17 @@ def _driver(r: GpuReport) -> list[Finding]:
     ]
 
 
+def _setting_values(r: GpuReport, g: GpuHealth) -> dict[str, str]:
+    """A GPU's settings as values of their own, which a baseline and a playbook compare (a power cap
+    lowered, ECC turned off); the summary beside them is for people."""
+    out: dict[str, str] = {}
+    if g.power_cap_w is not None:
+        out[_key(r, g, "power cap")] = f"{g.power_cap_w:g} W"
+    if g.ecc_enabled is not None:
+        out[_key(r, g, "ECC")] = "on" if g.ecc_enabled else "off"
+    return out
+
+
 def _summary(g: GpuHealth) -> str:
     parts = [g.name or "?"]
     if g.temperature_c is not None:
@@ -761,7 +773,9 @@ def _healthy(r: GpuReport, healthy: list[GpuHealth], in_mig_mode: int) -> Findin
         f"{r.source}: driver version": r.driver_version or "?",
         f"{r.source}: CUDA version": r.cuda_version or "?",
     }
-    evidence.update({_key(r, g, g.pci_address or "summary"): _summary(g) for g in healthy})
+    for g in healthy:
+        evidence[_key(r, g, g.pci_address or "summary")] = _summary(g)
+        evidence.update(_setting_values(r, g))
     names = sorted({g.name or "?" for g in healthy})
     in_mig = f"; {in_mig_mode} in MIG mode, reported apart" if in_mig_mode else ""
     return Finding(

@@ -106,7 +106,8 @@ def test_a_modified_tree_names_each_difference(tmp_path: Path) -> None:
     assert SWAPPINESS in warned and MEMTOTAL in warned
     swap = warned[SWAPPINESS]
     assert swap.check_id == "baseline" and swap.host == "node1"
-    assert swap.evidence == {SWAPPINESS: "10"}
+    # The value now, and the baseline's beside it.
+    assert swap.evidence == {SWAPPINESS: "10", f"{SWAPPINESS} in good.json": "60"}
     assert swap.expected.startswith("60") and "good.json" in swap.expected
     assert "is 10; the baseline has 60" in swap.summary
     # Nothing but what was changed (and what derives from it) differs.
@@ -145,21 +146,28 @@ def test_missing_and_new_keys(tmp_path: Path, vm_values: dict[str, Value]) -> No
     warned = warnings(baseline.compare(baseline.load(path), now, "vm"))
     # A new interface is one finding about the device, not one per field.
     assert set(warned) == {"topology.cores", "interface eth9"}
-    assert warned["topology.cores"].evidence == {"topology.cores": "(absent)"}
+    assert warned["topology.cores"].evidence == {
+        "topology.cores": "(absent)",
+        "topology.cores in good.json": "2",
+    }
     assert warned["topology.cores"].expected.startswith("2")
     assert warned["interface eth9"].summary == "interface eth9 new since the baseline"
     assert warned["interface eth9"].expected.startswith("absent")
 
 
-def test_readings_and_statuses_are_not_compared(tmp_path: Path) -> None:
+def test_readings_statuses_and_prose_are_not_compared(tmp_path: Path) -> None:
     """A GPU's temperature and idle clocks change from minute to minute (fleet.host_values leaves
-    them out); a finding's status is the check's own verdict. Neither makes a node differ from its
-    baseline."""
+    them out); a finding's status is the check's own verdict; a check's sentence about what it saw
+    is words, not a value. None makes a node differ from its baseline; a typed value (the power cap
+    the gpu check reports as a value of its own) does."""
     where = "nvidia-smi -q -x: GPU0 0000:07:00.0"
+    cap = "nvidia-smi -q -x: GPU0 power cap"
 
     def values(summary: str, status: str, temperature: str | None) -> dict[str, Value]:
+        watts = re.search(r"(\d+) W cap", summary)
+        evidence = {where: summary, **({cap: f"{watts.group(1)} W"} if watts else {})}
         findings: list[dict[str, Any]] = [
-            {"check_id": "gpu", "subject": "gpus", "status": status, "evidence": {where: summary}}
+            {"check_id": "gpu", "subject": "gpus", "status": status, "evidence": evidence}
         ]
         if temperature is not None:
             evidence = {"nvidia-smi -q -x: GPU0 temperature": temperature}
@@ -172,9 +180,7 @@ def test_readings_and_statuses_are_not_compared(tmp_path: Path) -> None:
     now = values("NVIDIA A100-SXM4-80GB, 44 C, 400 W cap, ECC on", "WARN", None)
     assert [f.status for f in baseline.compare(baseline.load(path), now, "gpu1")] == [Status.OK]
     capped = values("NVIDIA A100-SXM4-80GB, 44 C, 250 W cap, ECC on", "WARN", None)
-    assert list(warnings(baseline.compare(baseline.load(path), capped, "gpu1"))) == [
-        f"check.gpu.gpus.{where}"
-    ]
+    assert list(warnings(baseline.compare(baseline.load(path), capped, "gpu1"))) == [f"check.gpu.gpus.{cap}"]
 
 
 # --- A fleet ---------------------------------------------------------------------------------------

@@ -61,11 +61,12 @@ def _tui_check_document(backend: LocalBackend) -> dict[str, Any]:
     from nodeagent.gate import judge
     from nodeagent.render import jsonout
 
-    results = list(backend.run_checks())
+    # As the app keeps them: by check id, a result re-judged by the playbook replacing the first.
+    results = {r.check_id: r for r in backend.run_checks()}
     order = [c.id for c in backend.checks()]
     report = engine.Report(backend.name)
     report.results = sorted(
-        results, key=lambda r: order.index(r.check_id) if r.check_id in order else len(order)
+        results.values(), key=lambda r: order.index(r.check_id) if r.check_id in order else len(order)
     )
     doc: dict[str, Any] = _stable(jsonout.document(judge.document(report, backend.playbook, None, None)))
     return doc

@@ -78,15 +78,18 @@ class _Stream:
         if (req.playbook is not None and req.playbook.thresholds) or req.baseline is not None:
             extra_start = time.perf_counter()
             values = judge.values_of(self.host, report)
-            extras = judge.extra_results(values, req.playbook, req.baseline, self.host.name)
-            report.results += extras
+            before = set(map(id, report.results))
+            report.results = judge.judged(report.results, values, req.playbook, req.baseline, self.host.name)
             report.duration_s += time.perf_counter() - extra_start
-            yield from extras
+            # Re-judged results again (the screens replace a check's result by its id), then the rules'.
+            yield from (r for r in report.results if id(r) not in before)
         self.report = report
 
 
 def stream(request: CheckRequest, host: Host) -> Iterator[CheckResult]:
-    """The results on `host` as each check finishes, then the thresholds' and baseline's."""
+    """The results on `host` as each check finishes; then, with a playbook's thresholds or a
+    baseline, each check result they re-judged again (the same check id: it replaces the first)
+    and the results of the rules themselves."""
     yield from _Stream(request, host)
 
 

@@ -250,7 +250,7 @@ class CheckJob:
                 from nodeagent.gate import judge
 
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
-                report.results += judge.extra_results(values, self.playbook, self.baseline, spec.name)
+                report.results = judge.judged(report.results, values, self.playbook, self.baseline, spec.name)
             return _values(HostOutcome(spec.name, spec.address, report.to_dict(), facts))
 
 

@@ -58,7 +58,8 @@ from typing import Annotated, TypeGuard
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from nodeagent import __version__
-from nodeagent.compare import fleet
+from nodeagent.compare import fleet, hardware
+from nodeagent.compare import values as values_mod
 from nodeagent.compare.fleet import Value
 from nodeagent.core import atomic, jsondoc
 from nodeagent.core.errors import UsageError
@@ -208,14 +209,28 @@ def load(path: Path) -> Baseline:
 
 
 def comparable(values: Mapping[str, Value]) -> dict[str, Value]:
-    """The values a baseline compares: finding statuses, the comparisons' own findings and readings
-    of the moment left out (see the module docstring)."""
+    """The values a baseline compares: finding statuses, the comparisons' own findings, prose and
+    readings of the moment left out (see the module docstring)."""
     out: dict[str, Value] = {}
     for key, value in values.items():
-        if (key.startswith("check.") and key.endswith(".status")) or _OWN_KEYS.match(key):
+        if key.startswith("check.") and (key.endswith(".status") or _prose(value)):
+            continue
+        if _OWN_KEYS.match(key):
             continue
         out[key] = value  # readings of the moment are already left out (values.EXCLUDED_KEYS)
     return out
+
+
+# A check's evidence is compared when it is a typed value: a number (host_values converts numbers
+# with units), a state (one word, as a sysfs file holds it: "performance", "[madvise]", "ACTIVE") or a
+# count of a total ("16 of 18" active NVLinks). Anything else is a check's prose about what it saw
+# ("dmesg: not recorded in snapshot n1", "Max locked memory: soft unlimited, ..."), which differs
+# with the words and the recording's name: the facts and these values carry what it describes.
+_COUNT_OF = re.compile(r"\d+ of \d+")
+
+
+def _prose(value: Value) -> bool:
+    return isinstance(value, str) and any(c.isspace() for c in value) and not _COUNT_OF.fullmatch(value)
 
 
 def _checks_in(values: Mapping[str, Value]) -> set[str]:
@@ -261,34 +276,55 @@ def _reference(hosts: Mapping[str, Mapping[str, Value]]) -> Reference:
 
 
 def compare(
-    baseline: Baseline, values: Mapping[str, Value], host: str, devices: Status = Status.WARN
+    baseline: Baseline, values: Mapping[str, Value], host: str, devices: Status = Status.FAIL
 ) -> list[Finding]:
     """What differs between `values` (values.host_values of one host) and the baseline: one finding
     per device gone or new (at `devices`, see `_device_changes`), one WARN per other key that
-    differs, is missing or is new; one OK finding when nothing does."""
+    differs, is missing or is new, one UNKNOWN per place the node's recording did not hold where the
+    baseline has values; one OK finding when nothing differs.
+
+    A place not recorded on one side is not compared ("not recorded" on both sides is equal), and a
+    hardware count (hardware.gpus, hardware.rdma_ports_active) is reported only when no device or
+    value of its list explains it: two ports down are two findings, not two and a count."""
     ref = baseline.reference
     now = comparable(values)
+    gaps_now = _gaps(now)
+    gaps_then = _gaps({k: e.value for k, e in ref.expected.items() if k.startswith(values_mod.UNRECORDED)})
+    gaps = (
+        _unrecorded(prefix, place, ref, host) for prefix, place in gaps_now.items() if prefix not in gaps_then
+    )
+    findings = [f for f in gaps if f is not None]
+    unseen = {*gaps_now, *gaps_then}
     both = ref.checks & _checks_in(now)
-    changes = _device_changes(ref.devices, _devices(now))
-    findings = [_device_finding(c, devices, baseline, host) for c in changes]
+    changes = [c for c in _device_changes(ref.devices, _devices(now)) if not _under(unseen, c.section)]
+    # A device gone is hardware lost (`devices`); one added is a change to look at, not a fault.
+    findings += [_device_finding(c, devices if c.gone else Status.WARN, baseline, host) for c in changes]
     moved = _moved_links(ref.expected, now)
     for then, key in moved.items():
         if not _equal(key, ref.expected[then], now.get(key)):
             findings.append(_changed(key, now, ref.expected[then], devices, baseline, host))
     compared = 0
+    counts: list[Finding] = []
     for key in sorted(set(ref.expected) | set(now)):
         check = _CHECK_KEY.match(key)
         if (check is not None and check.group(1) not in both) or key in ref.unsettled:
+            continue
+        if key.startswith(values_mod.UNRECORDED) or _under(unseen, _list_of(key)):
             continue
         compared += 1
         if any(c.explains(key) for c in changes) or key in moved or key in moved.values():
             continue
         expected = ref.expected.get(key)
+        found: Finding | None = None
         if expected is None:
             if now[key] is not None:  # a null value is an absent one, as in the fleet view
-                findings.append(_new(key, now[key], baseline, host))
+                found = _new(key, now[key], baseline, host)
         elif not _equal(key, expected, now.get(key)):
-            findings.append(_changed(key, now, expected, devices, baseline, host))
+            found = _changed(key, now, expected, devices, baseline, host)
+        if found is not None:
+            (counts if key.startswith(hardware.SECTION + ".") else findings).append(found)
+    changed_lists = {_list_of(f.subject) for f in findings} | {c.section for c in changes}
+    findings += [f for f in counts if _list_of(f.subject) not in changed_lists]
     if findings:
         return findings
     skipped = (
@@ -307,6 +343,53 @@ def compare(
             host=host,
         )
     ]
+
+
+# The device list a key belongs to, for the places not recorded and the counts derived from lists.
+_COUNT_LISTS = (("hardware.gpu", "gpus"), ("hardware.rdma_", "rdma"))
+
+
+def _list_of(key: str) -> str:
+    """The part of the facts a key is read from: "rdma" for rdma[mlx5_0/1].state and
+    hardware.rdma_ports_active, the key itself otherwise."""
+    for count, section in _COUNT_LISTS:
+        if key.startswith(count):
+            return section
+    m = _DEVICE_KEY.match(key)
+    return m.group(1) if m else key
+
+
+def _gaps(values: Mapping[str, Value]) -> dict[str, str]:
+    """Value key prefix -> place, for the places a recording did not hold (values.UNRECORDED)."""
+    n = len(values_mod.UNRECORDED)
+    return {k[n:]: str(v) for k, v in values.items() if k.startswith(values_mod.UNRECORDED)}
+
+
+def _under(prefixes: set[str], key: str) -> bool:
+    return any(key.startswith(p) for p in prefixes)
+
+
+def _unrecorded(prefix: str, place: str, ref: Reference, host: str) -> Finding | None:
+    """UNKNOWN for a place the node's recording did not hold where the baseline has values: they
+    cannot be compared, and nothing is claimed gone. None where the baseline has none there either."""
+    theirs = sorted(
+        k
+        for k, e in ref.expected.items()
+        if e.value is not None and not k.startswith(values_mod.UNRECORDED) and _list_of(k).startswith(prefix)
+    )
+    if not theirs:
+        return None
+    return Finding(
+        CHECK_ID,
+        Status.UNKNOWN,
+        f"not recorded: {place}, so {len(theirs)} baseline value(s) there cannot be compared",
+        {place: values_mod.NOT_RECORDED},
+        expected=f"{place} in the recording, as in the baseline",
+        remediation="Record the node again with `nodeagent snapshot` (it records what every check reads), "
+        "or mount the node's /sys and /proc whole.",
+        subject=place,
+        host=host,
+    )
 
 
 # --- Devices gone or new ---------------------------------------------------------------------------
@@ -419,24 +502,27 @@ _REMEDIATION = (
 )
 
 
-# A link's lanes or rate: lower than in the baseline is hardware lost (a lane, a cable), judged at the
-# playbook's device level. sysfs widths and rates are numbers; the driver's are text like "8x".
-_LINK_KEY = re.compile(r"(^|[._/\]])(width|current_link_width|rate_gbps|speed_gts)$")
+# A link's lanes or rate, or a GPU's active NVLinks ("16 of 18"): lower than in the baseline is
+# hardware lost (a lane, a cable, an NVLink), judged at the playbook's device level. sysfs widths and
+# rates are numbers; the driver's are text like "8x".
+_LINK_KEY = re.compile(r"(^|[._/\]])(width|current_link_width|rate_gbps|speed_gts)$|(^|[ .])active links$")
 _LEADING_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)")
 
 
-# Where a link's evidence comes from, after the finding's subject: the subject of a link changes
-# with its verdict (a check groups links at full width in one finding and names a narrow one on its
-# own), so the same link's width can move from one key to another.
-_LINK_SOURCE = re.compile(r"^check\.([^.]+)\..*?\.((?:/sys/|nvidia-smi |NVML).*)$")
+# Where a check's evidence comes from, after the finding's subject (a path or a tool): the subject
+# of a value changes with its verdict (a check groups links at full width in one finding and names a
+# narrow one on its own), so the same link's width, and every value read with it, can move from one
+# key to another. Compared by where it was read, it is one value.
+_SOURCE = re.compile(r"^check\.([^.]+)\..*?\.((?:/|nvidia-smi |NVML|dcgmi ).*)$")
 
 
 def _moved_links(expected: Mapping[str, Expected], now: Mapping[str, Value]) -> dict[str, str]:
-    """Baseline key -> key now, for link keys that name the same link under another subject."""
-    gone = {_link_source(k): k for k in expected if k not in now and _LINK_KEY.search(k)}
+    """Baseline key -> key now, for the check values read at the same place under another subject."""
+    gone = {_link_source(k): k for k in expected if k not in now}
+    gone.pop(None, None)
     out: dict[str, str] = {}
     for key in now:
-        if key in expected or not _LINK_KEY.search(key):
+        if key in expected:
             continue
         source = _link_source(key)
         if source is not None and source in gone:
@@ -445,7 +531,7 @@ def _moved_links(expected: Mapping[str, Expected], now: Mapping[str, Value]) -> 
 
 
 def _link_source(key: str) -> tuple[str, str] | None:
-    m = _LINK_SOURCE.match(key)
+    m = _SOURCE.match(key)
     return (m.group(1), m.group(2)) if m else None
 
 
@@ -490,7 +576,7 @@ def _differs(
         CHECK_ID,
         status,
         summary,
-        {key: _show(value)},
+        {key: _show(value), f"{key} in {baseline.path.name}": expected.describe(key)},
         expected=f"{expected.describe(key)}, as in {baseline.path.name}",
         remediation=_REMEDIATION,
         subject=key,

@@ -2,21 +2,22 @@
 
 What `nodeagent check --playbook` and `nodeagent preflight` share (nodeagent.app runs them): the
 playbook's checks with its parameters (`selected_checks`, `check_params`), then its thresholds and
-the baseline's comparison on the node's values (nodeagent.compare.values.host_values) as results of
-their own (`extra_results`). The run's time budget is the engine's (nodeagent.core.pool: a check
-still running at the budget, or not started by then, is reported UNKNOWN and named, never waited
-for). `verdict` turns the worst status into allowed or refused; `document` is the run's JSON.
+the baseline's comparison on the node's values (nodeagent.compare.values.host_values), each verdict
+re-judging the check's finding that carries the value (`judged`, nodeagent.gate.fold). The run's
+time budget is the engine's (nodeagent.core.pool: a check still running at the budget, or not
+started by then, is reported UNKNOWN and named, never waited for). `verdict` turns the worst status
+into allowed or refused; `document` is the run's JSON.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nodeagent import engine
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Status
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
@@ -65,32 +66,55 @@ def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
 
 
 def lost_hardware(pb: Playbook | None) -> Status:
-    """The level of hardware lost against the baseline or the fleet: the playbook's, else WARN."""
-    return Status.FAIL if pb is not None and pb.lost_hardware == "fail" else Status.WARN
+    """The level of hardware lost against the baseline or the fleet: FAIL, under every playbook and
+    without one, unless the playbook says `lost_hardware: warn` (a fleet that swaps parts on purpose)."""
+    return Status.WARN if pb is not None and pb.lost_hardware == "warn" else Status.FAIL
 
 
-def extra_results(
-    values: Mapping[str, Any], pb: Playbook | None, baseline: Baseline | None, host_name: str
+def judged(
+    results: Sequence[engine.CheckResult],
+    values: Mapping[str, Any],
+    pb: Playbook | None,
+    baseline: Baseline | None,
+    host_name: str,
 ) -> list[engine.CheckResult]:
-    """The playbook's thresholds and the baseline's comparison on a node's values, as two results."""
-    out: list[engine.CheckResult] = []
+    """`results` judged by the playbook's thresholds and the baseline on the node's values: each
+    verdict on a value a check reported re-judges that check's finding (nodeagent.gate.fold), and
+    the rest are the results "playbook" and "baseline" (left out when they hold nothing)."""
+    from nodeagent.gate import fold
+
+    rules: list[fold.Rule] = []
+    titles: dict[str, str] = {}
+    durations: dict[str, float] = {}
     if pb is not None and pb.thresholds:
-        from nodeagent.gate import thresholds as rules
+        from nodeagent.gate import thresholds as rules_mod
 
         start = time.perf_counter()
-        found = rules.evaluate(pb.thresholds, values, host_name)
-        out.append(_extra("playbook", f"thresholds of playbook {pb.name}", found, start))
+        found = rules_mod.evaluate(pb.thresholds, values, host_name)
+        rules.append(fold.Rule(rules_mod.CHECK_ID, f"playbook {pb.name}", found))
+        titles[rules_mod.CHECK_ID] = f"thresholds of playbook {pb.name}"
+        durations[rules_mod.CHECK_ID] = time.perf_counter() - start
     if baseline is not None:
         from nodeagent.gate import baseline as baselines
 
         start = time.perf_counter()
         found = baselines.compare(baseline, values, host_name, lost_hardware(pb))
-        out.append(_extra("baseline", "differences from the baseline", found, start))
+        rules.append(fold.Rule(baselines.CHECK_ID, f"baseline {baseline.path.name}", found))
+        titles[baselines.CHECK_ID] = "differences from the baseline"
+        durations[baselines.CHECK_ID] = time.perf_counter() - start
+    if not rules:
+        return list(results)
+    folded = fold.fold([r.findings for r in results], rules, values)
+    out = [
+        replace(r, findings=[folded.checks.get((i, j), f) for j, f in enumerate(r.findings)])
+        for i, r in enumerate(results)
+    ]
+    out += [
+        engine.CheckResult(cid, titles[cid], kept, durations[cid])
+        for cid, kept in folded.rules.items()
+        if kept
+    ]
     return out
-
-
-def _extra(cid: str, title: str, findings: list[Finding], start: float) -> engine.CheckResult:
-    return engine.CheckResult(cid, title, findings, time.perf_counter() - start)
 
 
 @dataclass(frozen=True)
