@@ -96,7 +96,7 @@ def run(
     lost_hardware: Status | None = None,
 ) -> FleetReport:
     """`job` on every host; `lost_hardware` is the level of a host short of the fleet majority's
-    hardware (WARN when not given)."""
+    hardware (FAIL when not given: nodeagent.gate.judge.lost_hardware)."""
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import run_fleet
     from nodeagent.core.finding import Status
@@ -104,7 +104,7 @@ def run(
     start = time.monotonic()
     outcomes = run_fleet(inv, job, fleet.workers, fleet.accept_new_host_keys, on_done)
     return FleetReport.build(
-        outcomes, time.monotonic() - start, compare=compare, lost_hardware=lost_hardware or Status.WARN
+        outcomes, time.monotonic() - start, compare=compare, lost_hardware=lost_hardware or Status.FAIL
     )
 
 

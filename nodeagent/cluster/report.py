@@ -44,7 +44,7 @@ class FleetReport:
         outcomes: Mapping[str, HostOutcome],
         duration_s: float,
         compare: bool = True,
-        lost_hardware: Status = Status.WARN,
+        lost_hardware: Status = Status.FAIL,
     ) -> FleetReport:
         """The report; with `compare`, a host whose hardware counts are below the fleet majority's
         gets a finding at `lost_hardware` (fleet.below_majority) in its own document."""

@@ -190,7 +190,7 @@ def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
     return Drift(key, None, 0, dict(column))
 
 
-def below_majority(cmp: FleetComparison, status: Status = Status.WARN) -> dict[str, list[Finding]]:
+def below_majority(cmp: FleetComparison, status: Status = Status.FAIL) -> dict[str, list[Finding]]:
     """Per host, a finding for each hardware count (nodeagent.compare.hardware) below the one a strict
     majority of the fleet shares: the fleet's own expectation of what a node has (a node of ten
     that shows 7 GPUs where nine show 8 lost one). A host whose count was not read (None) is not

@@ -65,8 +65,9 @@ class Playbook:
     budget_s: float | None  # time budget of preflight
     fail_on: str  # "warn" | "fail": the status at which preflight refuses the node
     includes: tuple[str, ...]  # the included playbooks, in the order they were merged
-    # The level of hardware lost against the baseline or the fleet majority: "warn" | "fail".
-    lost_hardware: str = "warn"
+    # The level of hardware lost against the baseline or the fleet majority: "fail" (a node short
+    # of a GPU, an HCA or an NVLink must not run the job) unless the playbook lowers it to "warn".
+    lost_hardware: str = "fail"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved playbook in the file's own format, after its name, source and includes."""
@@ -417,7 +418,7 @@ class _Resolver:
             budget_s=merged.budget_s,
             fail_on=merged.fail_on or "fail",
             includes=tuple(merged.includes),
-            lost_hardware=merged.lost_hardware or "warn",
+            lost_hardware=merged.lost_hardware or "fail",
         )
 
 
