@@ -124,6 +124,7 @@ class Facts:
     limits: dict[str, Limit] | None
     nic_speeds: dict[str, int | None]  # interface -> Mb/s (None: unknown, down or virtual)
     problems: list[str] = field(default_factory=list)
+    rdma_ports: int = 0  # ports under /sys/class/infiniband: the memlock limit then caps their jobs
 
 
 def _sysctl_path(name: str) -> str:
@@ -177,6 +178,7 @@ def collect(host: Host) -> Facts:
         limits=limits_facts.collect_limits(host),
         nic_speeds={n.name: n.speed_mbps for n in network.collect_nics(host)},
         problems=r.problems,
+        rdma_ports=len(network.collect_rdma(host)),
     )
 
 
@@ -439,19 +441,31 @@ def _limits(f: Facts, p: Params) -> list[Finding]:
     memlock = f.limits.get(MEMLOCK)
     nofile = f.limits.get(NOFILE)
     return [
-        _missing_limit(MEMLOCK, "memlock") if memlock is None else _memlock(memlock, p),
+        _missing_limit(MEMLOCK, "memlock") if memlock is None else _memlock(memlock, p, f.rdma_ports),
         _missing_limit(NOFILE, "nofile") if nofile is None else _nofile(nofile, p),
     ]
 
 
-def _memlock(memlock: Limit, p: Params) -> Finding:
+def _limit_values(path: str, name: str, lim: Limit) -> dict[str, str]:
+    """The limit as a line for people and its soft and hard values on their own ("8 MiB" or
+    "unlimited"), which a playbook's thresholds and a baseline compare."""
+    text = _limit_text(lim)
+    soft, hard = (part.split(" ", 1)[1] for part in text.split(", "))
+    return {path: f"{name}: {text}", f"{path} soft": soft, f"{path} hard": hard}
+
+
+def _memlock(memlock: Limit, p: Params, rdma_ports: int) -> Finding:
+    """The memlock limit, the one finding about it (the rdma check leaves it here). With RDMA ports
+    on the node a limit is FAIL: registering buffers (NCCL, MPI, GPUDirect RDMA) fails beyond it
+    for processes without CAP_IPC_LOCK; without, WARN (`memlock_unlimited`: a job may still use
+    RDMA over a port added later, or pin host memory for CUDA)."""
     path = limits_facts.LIMITS_PATH
-    if not p.memlock_unlimited or memlock.soft == UNLIMITED:
+    if memlock.soft == UNLIMITED or (not p.memlock_unlimited and not rdma_ports):
         return Finding(
             ID,
             Status.OK,
             f"memlock {_limit_text(memlock)}",
-            {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
+            _limit_values(path, MEMLOCK, memlock),
             subject="memlock",
         )
     raise_now = (
@@ -459,12 +473,13 @@ def _memlock(memlock: Limit, p: Params) -> Finding:
         if memlock.hard == UNLIMITED
         else "the hard limit must be raised first"
     )
+    ports = f" on this node's {rdma_ports} RDMA port(s)" if rdma_ports else ""
     return Finding(
         ID,
-        Status.WARN,
+        Status.FAIL if rdma_ports else Status.WARN,
         f"memlock limited ({_limit_text(memlock)}): RDMA memory registration (NCCL over "
-        "InfiniBand/RoCE, GPUDirect RDMA) fails beyond it with 'Cannot allocate memory'",
-        {path: f"{MEMLOCK}: {_limit_text(memlock)}"},
+        f"InfiniBand/RoCE, GPUDirect RDMA){ports} fails beyond it with 'Cannot allocate memory'",
+        _limit_values(path, MEMLOCK, memlock),
         expected="unlimited",
         remediation=f"Set '* soft memlock unlimited' and '* hard memlock unlimited' in "
         "/etc/security/limits.d/rdma.conf, LimitMEMLOCK=infinity for systemd services that start "

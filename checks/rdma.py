@@ -1,9 +1,9 @@
-"""RDMA ports (InfiniBand and RoCE): port state, physical state, rate, width, link layer and the
-memlock limit.
+"""RDMA ports (InfiniBand and RoCE): port state, physical state, rate, width and link layer.
 
-NCCL's rings and trees run at the pace of the slowest rail: one port in INIT (no subnet manager), one
-that trained at a lower rate or on fewer lanes, or a memlock limit that makes memory registration
-fail, slows or breaks every multi-node job on the node.
+NCCL's rings and trees run at the pace of the slowest rail: one port in INIT (no subnet manager), or
+one that trained at a lower rate or on fewer lanes, slows or breaks every multi-node job on the node.
+The memlock limit, which makes memory registration fail on these ports, is the kernel check's
+finding (FAIL on a node with RDMA ports): one fact, one finding.
 
 Attributes: Documentation/ABI/stable/sysfs-class-infiniband (ports/N/state, phys_state, rate,
 link_layer), https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband, in the
@@ -16,18 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from nodeagent.api.check import Check, param
-from nodeagent.core.finding import Finding, Status, unparsable
-from nodeagent.facts import limits, network
-from nodeagent.facts.limits import UNLIMITED, Limit
+from nodeagent.core.finding import Finding, Status, not_recorded, unparsable
+from nodeagent.facts import network
 from nodeagent.facts.network import IB_DIR, RdmaPort
 from nodeagent.host import Host
 
 ID = "rdma"
-MEMLOCK = "Max locked memory"
-_MEMLOCK_DOC = (
-    "https://docs.redhat.com/en/documentation/red_hat_enterprise_linux/9/html/configuring_infiniband_and_rdma_networks/"
-    "increasing-the-amount-of-memory-that-users-are-allowed-to-pin-in-the-system_configuring-infiniband-and-rdma-networks"
-)
 _IB_DOC = "https://www.kernel.org/doc/Documentation/ABI/stable/sysfs-class-infiniband"
 _PORT_FILES = ("state", "phys_state", "rate", "link_layer")
 
@@ -65,8 +59,8 @@ class Facts:
     devices: list[str]
     ports: list[RdmaPort]
     device_real: dict[str, str | None]  # device -> where its sysfs link resolves (None: dangling)
-    limits: dict[str, Limit] | None  # of /proc/self/limits; None when unreadable
     raw: dict[str, str | None] = field(default_factory=dict)  # port file -> text as read (None: absent)
+    ib_recorded: bool = True  # False: a recording that does not hold /sys/class/infiniband (Host.recorded)
 
 
 def collect(host: Host) -> Facts:
@@ -77,8 +71,8 @@ def collect(host: Host) -> Facts:
         devices=devices or [],
         ports=ports,
         device_real={d: host.realpath(f"{IB_DIR}/{d}") for d in devices or []},
-        limits=limits.collect_limits(host),
         raw={path: host.read_value(path) for p in ports for path in _port_paths(p)},
+        ib_recorded=host.recorded(IB_DIR),
     )
 
 
@@ -88,13 +82,6 @@ def _port_paths(p: RdmaPort) -> list[str]:
 
 def _base(p: RdmaPort) -> str:
     return f"{IB_DIR}/{p.device}/ports/{p.port}"
-
-
-def _human_bytes(n: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n} bytes"
 
 
 def _port_evidence(p: RdmaPort, f: Facts) -> dict[str, str]:
@@ -393,58 +380,6 @@ def _mixed_rates(ports: list[RdmaPort], params: Params) -> list[Finding]:
     return out
 
 
-def _memlock(f: Facts) -> Finding:
-    path = limits.LIMITS_PATH
-    subject = "memlock"
-    if f.limits is None:
-        return Finding(
-            ID,
-            Status.SKIPPED,
-            f"memlock limit not judged: {path} unreadable",
-            {path: "absent"},
-            subject=subject,
-        )
-    limit = f.limits.get(MEMLOCK)
-    if limit is None:
-        return Finding(
-            ID,
-            Status.SKIPPED,
-            f"memlock limit not judged: no '{MEMLOCK}' line in {path}",
-            {path: "no Max locked memory line"},
-            subject=subject,
-        )
-    hard = "unlimited" if limit.hard == UNLIMITED else _human_bytes(limit.hard)
-    ev = {
-        f"{path} {MEMLOCK}": f"soft {'unlimited' if limit.soft == UNLIMITED else limit.soft}, hard "
-        f"{'unlimited' if limit.hard == UNLIMITED else limit.hard} {limit.units}".strip()
-    }
-    if limit.soft == UNLIMITED:
-        return Finding(
-            ID,
-            Status.OK,
-            "memlock limit unlimited: RDMA memory registration is not capped",
-            ev,
-            subject=subject,
-        )
-    raise_soft = (
-        "ulimit -l unlimited in the job's launcher (the hard limit allows it); "
-        if limit.hard == UNLIMITED
-        else ""
-    )
-    return Finding(
-        ID,
-        Status.FAIL,
-        f"memlock limit is {_human_bytes(limit.soft)} (hard {hard}): registering RDMA buffers "
-        "(NCCL, MPI) fails beyond it for processes without CAP_IPC_LOCK",
-        ev,
-        expected="unlimited",
-        remediation=f"{raise_soft}add '* soft memlock unlimited' and '* hard memlock unlimited' to "
-        "/etc/security/limits.d/rdma.conf, LimitMEMLOCK=infinity for systemd units "
-        f"(and the container runtime's --ulimit memlock=-1). See {_MEMLOCK_DOC}",
-        subject=subject,
-    )
-
-
 def _reported_per_port(problem: str, ports: list[RdmaPort]) -> bool:
     """State, phys_state and rate problems are UNKNOWN findings of their port already."""
     return any(
@@ -453,6 +388,8 @@ def _reported_per_port(problem: str, ports: list[RdmaPort]) -> bool:
 
 
 def evaluate(f: Facts, p: Params) -> list[Finding]:
+    if not f.ib_listed and not f.ib_recorded:
+        return [not_recorded(ID, IB_DIR, "rdma", "RDMA ports")]
     if not f.ib_listed:
         return [
             Finding(
@@ -500,7 +437,6 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
     findings += [
         replace(u, status=Status.UNKNOWN) for u in unparsable(ID, other, "port attribute(s)", "`ibstat`")
     ]
-    findings.append(_memlock(f))
     return findings
 
 
@@ -511,5 +447,5 @@ CHECK = Check(
     collect=collect,
     evaluate=evaluate,
     params=Params,
-    paths=(*network.PATHS, *limits.PATHS),
+    paths=network.PATHS,
 )

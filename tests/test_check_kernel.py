@@ -220,11 +220,40 @@ def test_memlock_limited() -> None:
     assert memlock.status is Status.WARN and memlock.fix == "pinned-memory"
     assert "soft 64 KiB, hard unlimited" in memlock.summary
     assert "ulimit -l unlimited" in memlock.remediation and "LimitMEMLOCK=infinity" in memlock.remediation
-    assert memlock.evidence == {LIMITS: "Max locked memory: soft 64 KiB, hard unlimited"}
+    # The line for people, and the soft and hard limits as values a playbook or baseline compares.
+    assert memlock.evidence == {
+        LIMITS: "Max locked memory: soft 64 KiB, hard unlimited",
+        f"{LIMITS} soft": "64 KiB",
+        f"{LIMITS} hard": "unlimited",
+    }
     hard = facts(limits={**GOOD_LIMITS, "Max locked memory": Limit(8 << 20, 8 << 20, "bytes")})
     assert "hard limit must be raised" in by_subject(kernel.evaluate(hard, P), "memlock").remediation
     relaxed = by_subject(kernel.evaluate(hard, Params(memlock_unlimited=False)), "memlock")
     assert relaxed.status is Status.OK
+
+
+def test_memlock_limited_on_a_node_with_rdma_ports_fails() -> None:
+    """The one memlock finding (the rdma check leaves it here): with RDMA ports on the node a limit
+    makes their memory registration fail, whatever `memlock_unlimited` says."""
+    limited = {**GOOD_LIMITS, "Max locked memory": Limit(8 << 20, 8 << 20, "bytes")}
+    for params in (P, Params(memlock_unlimited=False)):
+        memlock = by_subject(kernel.evaluate(facts(limits=limited, rdma_ports=2), params), "memlock")
+        assert memlock.status is Status.FAIL and "on this node's 2 RDMA port(s)" in memlock.summary
+    unlimited = by_subject(kernel.evaluate(facts(rdma_ports=2), P), "memlock")
+    assert unlimited.status is Status.OK
+
+
+def test_memlock_from_proc_self_limits_with_an_hca(tmp_path: Path) -> None:
+    """/proc/self/limits at 64 KiB (the kernel's default RLIMIT_MEMLOCK before 5.16) on a node with
+    one HCA port: FAIL, once."""
+    text = (
+        "Limit                     Soft Limit           Hard Limit           Units     \n"
+        "Max locked memory         65536                65536                bytes     \n"
+    )
+    port = "/sys/class/infiniband/mlx5_0/ports/1"
+    host = make_tree(tmp_path, {LIMITS: text, f"{port}/state": "4: ACTIVE\n", f"{port}/rate": "200 Gb/sec\n"})
+    memlock = by_subject(kernel.CHECK.run(host, P), "memlock")
+    assert memlock.status is Status.FAIL and "soft 64 KiB, hard 64 KiB" in memlock.summary
 
 
 def test_nofile_low() -> None:

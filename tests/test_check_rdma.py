@@ -1,4 +1,4 @@
-"""rdma: IB/RoCE port state, physical state, rate, mixed rates and the memlock limit."""
+"""rdma: IB/RoCE port state, physical state, rate and mixed rates (the memlock limit is the kernel's)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from nodeagent.checks import rdma
 from nodeagent.checks.rdma import Facts, Params
 from nodeagent.core.finding import Status
 from nodeagent.facts import network
-from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.network import RdmaPort
 from nodeagent.host import LocalHost, SnapshotHost
 from tests import corpus
@@ -44,9 +43,6 @@ def test_mellanox_fdr_port_and_scif_without_pci_device() -> None:
     scif = one_finding(findings, "scif0")
     assert scif.status is Status.SKIPPED
     assert scif.evidence == {"/sys/class/infiniband/scif0": "(dangling link)"}
-    # hwloc recorded no /proc/self/limits.
-    memlock = one_finding(findings, "memlock")
-    assert memlock.status is Status.SKIPPED and memlock.evidence == {"/proc/self/limits": "absent"}
     assert not findings_about(findings, "rates")  # one port: nothing to mix
     hdr = one_finding(
         rdma.CHECK.run(fixture_host("32em64t-2n8c+dax+nvme+mic+dimms"), Params(min_rate_gbps=200)), "mlx4_0/1"
@@ -174,18 +170,17 @@ PORT = RdmaPort(
     width="4X",
     speed_name="HDR",
 )
-UNLIMITED_LOCK = {"Max locked memory": Limit(UNLIMITED, UNLIMITED, "bytes")}
 
 
-def _facts(*ports: RdmaPort, limits: dict[str, Limit] | None = UNLIMITED_LOCK) -> Facts:
+def _facts(*ports: RdmaPort) -> Facts:
     devices = sorted({p.device for p in ports})
-    return Facts(True, devices, list(ports), dict.fromkeys(devices, "/sys/devices/x"), limits)
+    return Facts(True, devices, list(ports), dict.fromkeys(devices, "/sys/devices/x"))
 
 
 def test_healthy_hdr_port() -> None:
     findings = rdma.evaluate(_facts(PORT), Params(min_rate_gbps=200))
     assert one_finding(findings, "mlx5_0/1").status is Status.OK
-    assert one_finding(findings, "memlock").status is Status.OK
+    assert not findings_about(findings, "memlock")  # the kernel check's: one fact, one finding
 
 
 @pytest.mark.parametrize(
@@ -324,31 +319,15 @@ def test_mixed_rates_warn_per_link_layer() -> None:
     assert allowed.status is Status.OK
 
 
-def test_memlock_branches() -> None:
-    finite = {"Max locked memory": Limit(8 << 20, 8 << 20, "bytes")}
-    f = one_finding(rdma.evaluate(_facts(PORT, limits=finite), Params()), "memlock")
-    assert f.status is Status.FAIL
-    assert "8 MiB" in f.summary
-    assert f.evidence == {"/proc/self/limits Max locked memory": "soft 8388608, hard 8388608 bytes"}
-    assert "memlock unlimited" in f.remediation and "docs.redhat.com" in f.remediation
-    soft_only = {"Max locked memory": Limit(65536, UNLIMITED, "bytes")}
-    g = one_finding(rdma.evaluate(_facts(PORT, limits=soft_only), Params()), "memlock")
-    assert g.status is Status.FAIL and g.remediation.startswith("ulimit -l unlimited")
-    assert one_finding(rdma.evaluate(_facts(PORT, limits=None), Params()), "memlock").status is Status.SKIPPED
-    no_line = one_finding(rdma.evaluate(_facts(PORT, limits={}), Params()), "memlock")
-    assert no_line.status is Status.SKIPPED and "Max locked memory" in no_line.summary
-
-
 def test_device_directory_without_ports() -> None:
-    facts = Facts(True, ["rxe0"], [], {"rxe0": "/sys/devices/virtual/infiniband/rxe0"}, UNLIMITED_LOCK)
+    facts = Facts(True, ["rxe0"], [], {"rxe0": "/sys/devices/virtual/infiniband/rxe0"})
     findings = rdma.evaluate(facts, Params())
     assert one_finding(findings, "rxe0").status is Status.SKIPPED
     assert one_finding(findings, "rdma").status is Status.SKIPPED
-    assert not findings_about(findings, "memlock")
 
 
 def test_no_infiniband_class() -> None:
-    facts = Facts(False, [], [], {}, UNLIMITED_LOCK)
+    facts = Facts(False, [], [], {})
     assert [f.status for f in rdma.evaluate(facts, Params())] == [Status.SKIPPED]
 
 
@@ -395,7 +374,6 @@ def test_collect_two_ports_one_without_subnet_manager(tmp_path: Path) -> None:
     assert init.status is Status.FAIL and "no subnet manager" in init.summary
     assert init.evidence["/sys/class/infiniband/mlx5_0/ports/2/state"] == "INIT"
     assert not findings_about(findings, "rates")  # only ACTIVE ports are compared
-    assert one_finding(findings, "memlock").status is Status.OK
 
 
 def test_collect_software_and_unrecorded_devices(tmp_path: Path) -> None:
@@ -413,12 +391,6 @@ def test_collect_software_and_unrecorded_devices(tmp_path: Path) -> None:
     assert "virtual device (software RDMA)" in one_finding(findings, "rxe0/1").summary
 
 
-def test_collect_memlock_from_proc_self_limits(tmp_path: Path) -> None:
-    host = _host(tmp_path, {"1": HDR}, {"/proc/self/limits": LIMITS.format(soft="65536", hard="65536")})
-    memlock = one_finding(rdma.CHECK.run(host, Params()), "memlock")
-    assert memlock.status is Status.FAIL and "64 KiB" in memlock.summary
-
-
 def test_collect_corrupt_port_files(tmp_path: Path) -> None:
     host = _host(
         tmp_path,
@@ -434,7 +406,6 @@ def test_collect_corrupt_port_files(tmp_path: Path) -> None:
     assert state.status is Status.UNKNOWN
     assert "/sys/class/infiniband/mlx5_0/ports/2/state 'garbage'" in state.summary
     assert state.evidence["/sys/class/infiniband/mlx5_0/ports/2/state"] == "garbage"
-    assert one_finding(findings, "memlock").status is Status.SKIPPED
 
 
 # -- this machine ---------------------------------------------------------------------------------
@@ -447,8 +418,7 @@ def test_local_host() -> None:
         assert [(f.status, f.evidence) for f in findings] == [
             (Status.SKIPPED, {"/sys/class/infiniband": "absent"})
         ]
-    else:
-        assert findings_about(findings, "memlock")
+    assert not findings_about(findings, "memlock")
 
 
 def test_rates_are_compared_within_one_hca_model(tmp_path: Path) -> None:
