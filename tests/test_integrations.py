@@ -368,7 +368,8 @@ def test_prolog_with_the_real_nodeagent(node: Node) -> None:
     assert proc.returncode != 0, proc.stderr
     (drain,) = drains(node)
     reason = drain[-1].removeprefix("reason=")
-    assert reason.startswith("nodeagent: kernel/memlock,") and "WARN" in reason and "\n" not in reason
+    assert reason.startswith("nodeagent: kernel/memlock WARN: memlock limited") and "\n" not in reason
+    assert reason.endswith(" more") and len(reason) <= 120
     assert node.state()["reason"] == reason
     # The log: each problem as the piped command prints it, with its fix.
     assert "job 4242:   WARN    kernel/memlock: memlock limited" in proc.stderr

@@ -1,11 +1,12 @@
-"""The Slurm drain reason (nodeagent/render/slurm.py) as `sinfo -R` shows it: the failing subjects
-first (the default REASON column keeps 20 characters: the first 40 must name them), FAIL findings
-only when there is a FAIL, each subject once (a playbook threshold on a check's evidence is that
-check's problem), whole subjects when cut, and the playbook at the end."""
+"""The Slurm drain reason (nodeagent/render/slurm.py) as `sinfo -R` shows it: nothing at all for a
+node that may run the job; else one line, at most the field's length, of whole words: the first
+refusing finding's subject and summary (the default REASON column keeps 20 characters: the first 40
+must name it), then how many more there are, never an evidence key."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,31 +19,37 @@ from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
 from nodeagent.gate import judge
 from nodeagent.render import jsonout
-from nodeagent.render.slurm import ALLOWED, slurm_reason
+from nodeagent.render.slurm import ALLOWED, clean, slurm_lines, slurm_reason
 from tests import corpus
 
 HEAD = "nodeagent: "
-SINFO = 40  # the characters that must carry the failing subjects
+SINFO = 40  # the characters that must carry the failing subject
 
 
 def finding(check_id: str, status: Status, subject: str, summary: str, **kw: Any) -> Finding:
     return Finding(check_id, status, summary, subject=subject, host="gpu-07", **kw)
 
 
-def document(*results: CheckResult, playbook: str | None = "preflight") -> dict[str, Any]:
+def document(
+    *results: CheckResult, playbook: str | None = "preflight", verdict: judge.Verdict | None = None
+) -> dict[str, Any]:
     """A run's document as `--format json` prints it (and a reader loads it back)."""
-    doc = judge.document(Report("gpu-07", list(results), 1.0, 0.5), None, None, None)
+    report = Report("gpu-07", list(results), 1.0, 0.5)
+    doc = judge.document(report, None, None, verdict)
     if playbook is not None:
         doc["playbook"] = playbook
     loaded: dict[str, Any] = json.loads(jsonout.dumps(doc))
     return loaded
 
 
-def names_in(reason: str, status: str) -> list[str]:
-    """The subjects a reason names: between "nodeagent: " and the count or the status."""
-    assert reason.startswith(HEAD), reason
-    head = reason[len(HEAD) : reason.index(f" {status}")]
-    return head.split(" (+")[0].split(",")
+_REASON = re.compile(r"nodeagent: (.*?) (FAIL|UNKNOWN|WARN)(?:: (.*?))?(?: \+(\d+) more)?")
+
+
+def parts(reason: str) -> tuple[str, str, str, int]:
+    """(subject, status, summary, more) of a reason."""
+    m = _REASON.fullmatch(reason)
+    assert m is not None, reason
+    return m.group(1), m.group(2), m.group(3) or "", int(m.group(4) or 0)
 
 
 def memlock(status: Status) -> Finding:
@@ -57,15 +64,10 @@ def memlock(status: Status) -> Finding:
 
 
 def memlock_threshold(status: Status) -> Finding:
-    """The playbook's threshold on the kernel check's memlock evidence (nodeagent.gate.thresholds)."""
-    key = "check.kernel.memlock./proc/self/limits"
-    return finding(
-        "playbook",
-        status,
-        key,
-        f"{key} = Max locked memory: soft 64 KiB, hard 64 KiB, expected one of unlimited",
-        evidence={key: "Max locked memory: soft 64 KiB, hard 64 KiB"},
-    )
+    """The playbook's threshold on the kernel check's memlock value, where no kernel finding carries
+    it (nodeagent.gate.fold folds it into one that does)."""
+    key = "check.kernel.memlock./proc/self/limits soft"
+    return finding("playbook", status, key, f"{key} = 64 KiB, expected unlimited", evidence={key: "64 KiB"})
 
 
 def port_down(status: Status = Status.FAIL) -> Finding:
@@ -86,138 +88,135 @@ def port_threshold() -> Finding:
     )
 
 
-def test_fail_and_warn_name_the_fails_only() -> None:
+def threads_warn() -> CheckResult:
+    warn = finding("threads", Status.WARN, "OMP_NUM_THREADS", "OMP_NUM_THREADS=64 oversubscribes 8 CPUs")
+    return CheckResult("threads", "Threads", [warn], 0.01)
+
+
+def test_the_first_fail_with_its_summary_and_the_count_of_the_rest() -> None:
     doc = document(
         CheckResult("kernel", "Kernel settings", [memlock(Status.FAIL)], 0.01),
-        CheckResult(
-            "threads",
-            "Threads",
-            [finding("threads", Status.WARN, "OMP_NUM_THREADS", "OMP_NUM_THREADS=64 oversubscribes 8 CPUs")],
-            0.01,
-        ),
+        threads_warn(),
         CheckResult("rdma", "RDMA ports", [port_down()], 0.01),
         CheckResult("numa", "NUMA", [finding("numa", Status.OK, "layout", "1 node")], 0.01),
     )
     reason = slurm_reason(doc)
-    assert names_in(reason, "FAIL") == ["kernel/memlock", "rdma/mlx5_0/1"]
-    assert "threads" not in reason and "OMP" not in reason and "WARN" not in reason
-    assert reason[:SINFO] == "nodeagent: kernel/memlock,rdma/mlx5_0/1 "
-    assert reason.startswith("nodeagent: kernel/memlock,rdma/mlx5_0/1 FAIL: memlock limited")
-    assert reason.endswith(" (playbook preflight)") and "preflight" not in reason[:SINFO]
-    assert len(reason) <= 120 and set(reason) <= ALLOWED
-
-
-def test_a_threshold_on_a_checks_evidence_is_that_checks_problem() -> None:
-    doc = document(
-        CheckResult("kernel", "Kernel settings", [memlock(Status.FAIL)], 0.01),
-        CheckResult("rdma", "RDMA ports", [port_down()], 0.01),
-        CheckResult(
-            "playbook", "Playbook thresholds", [memlock_threshold(Status.FAIL), port_threshold()], 0.0
-        ),
+    assert reason == (
+        "nodeagent: kernel/memlock FAIL: memlock limited (soft 64 KiB, hard 64 KiB): RDMA registration fails "
+        "beyond it +1 more"
     )
-    reason = slurm_reason(doc)
-    assert names_in(reason, "FAIL") == ["kernel/memlock", "rdma/mlx5_0/1"]
-    assert reason.count("kernel/memlock") == 1 and reason.count("rdma/mlx5_0/1") == 1
-    assert "check." not in reason and "playbook/" not in reason and "[" not in reason
-    # The check's own headline, not the threshold's value key.
-    assert "FAIL: memlock limited (soft 64 KiB, hard 64 KiB)" in reason
+    assert len(reason) <= 120 and set(reason) <= ALLOWED
+    assert "threads" not in reason and "WARN" not in reason  # a WARN beside FAILs is not counted
 
 
-def test_a_threshold_alone_is_named_by_its_check() -> None:
-    """The check only warns; the playbook's threshold on its evidence fails: one FAIL, kernel/memlock,
-    with the threshold's value as the detail (the key's check and subject left out)."""
+def test_a_threshold_on_a_checks_value_is_that_checks_problem_once() -> None:
     doc = document(
         CheckResult("kernel", "Kernel settings", [memlock(Status.WARN)], 0.01),
-        CheckResult("playbook", "Playbook thresholds", [memlock_threshold(Status.FAIL)], 0.0),
+        CheckResult("rdma", "RDMA ports", [port_down()], 0.01),
+        CheckResult("playbook", "thresholds", [memlock_threshold(Status.FAIL), port_threshold()], 0.01),
     )
     reason = slurm_reason(doc)
-    assert reason.startswith("nodeagent: kernel/memlock FAIL: /proc/self/limits = Max locked memory")
-    assert reason.count("kernel/memlock") == 1 and "check." not in reason
+    subject, status, summary, more = parts(reason)
+    # rdma/mlx5_0/1 (the check's and the threshold's) and kernel/memlock (the threshold's): two.
+    assert (subject, status, more) == ("rdma/mlx5_0/1", "FAIL", 1)
+    assert summary == "port mlx5_0/1 is DOWN (phys_state Disabled): no traffic on this rail"
+    assert "check." not in reason and "playbook/" not in reason and "[" not in reason
 
 
-def test_many_fails_keep_whole_subjects_and_count_the_rest() -> None:
-    gpus = [f"0000:{bus:02x}:00.0" for bus in range(0x10, 0x90, 0x10)]
-    doc = document(
-        CheckResult(
-            "gpu",
-            "GPU health",
-            [finding("gpu", Status.FAIL, bus, f"GPU ({bus}): 1 uncorrectable ECC error(s)") for bus in gpus],
-            0.1,
-        ),
-        CheckResult("rdma", "RDMA ports", [port_down(Status.WARN)], 0.01),
-    )
-    every = [f"gpu/{bus}" for bus in gpus]
-    # At the shortest reason the first subject alone does not fit beside the count: it is cut.
-    assert slurm_reason(doc, 40) == "nodeagent: gpu/0000:10:00 (+7 more) FAIL"
-    for max_len in (50, 60, 80, 120, 200):
+def test_a_threshold_alone_is_named_by_its_check_never_by_its_key() -> None:
+    doc = document(CheckResult("playbook", "thresholds", [memlock_threshold(Status.FAIL)], 0.01))
+    reason = slurm_reason(doc)
+    assert reason == "nodeagent: kernel/memlock FAIL: /proc/self/limits soft = 64 KiB, expected unlimited"
+
+
+def test_a_long_summary_is_cut_between_words() -> None:
+    words = "the link trained at x8 where the slot and the card both support x16 lanes " * 4
+    doc = document(CheckResult("pcie", "PCIe", [finding("pcie", Status.FAIL, "0000:17:00.0", words)], 0.01))
+    for max_len in (40, 60, 80, 120, 200):
         reason = slurm_reason(doc, max_len)
-        assert len(reason) <= max_len and set(reason) <= ALLOWED, reason
-        named = names_in(reason, "FAIL")
-        assert named == every[: len(named)], reason  # whole subjects, in order
-        assert named and named[0] in reason[:SINFO]
-        left = len(every) - len(named)
-        assert (f"(+{left} more)" in reason) == (left > 0), reason
-        assert "rdma" not in reason  # a WARN, beside FAILs
-    assert names_in(slurm_reason(doc, 300), "FAIL") == every
+        assert len(reason) <= max_len, reason
+        subject, _, summary, _ = parts(reason)
+        assert subject == "pcie/0000:17:00.0"
+        assert words.startswith(summary) and words[len(summary)] == " ", (max_len, reason)
 
 
-def test_unknown_only_names_the_cut_and_crashed_checks() -> None:
-    doc = document(
-        CheckResult(
-            "gpu",
-            "GPU health",
-            [finding("gpu", Status.UNKNOWN, "", "GPU health: the check failed (NVML)")],
-            0.5,
-        ),
-        CheckResult("nvlink", "NVLink", [finding("nvlink", Status.UNKNOWN, "", "did not finish")], 1.0, True),
-        CheckResult("threads", "Threads", [finding("threads", Status.WARN, "pinning", "shared CPUs")], 0.01),
+def test_checks_cut_at_the_budget_are_named_by_id() -> None:
+    cut = CheckResult(
+        "nvlink",
+        "NVLink",
+        [finding("nvlink", Status.UNKNOWN, "", "NVLink: cut at the run's budget of 1s")],
+        1.0,
+        timed_out=True,
     )
-    reason = slurm_reason(doc)
-    assert names_in(reason, "UNKNOWN") == ["nvlink", "gpu"]
-    assert "timed out" in reason and "threads" not in reason
+    crashed = CheckResult(
+        "gpu", "GPU health", [finding("gpu", Status.UNKNOWN, "", "GPU health: the check failed (boom)")], 0.1
+    )
+    reason = slurm_reason(document(cut, crashed, threads_warn()))
+    assert reason == "nodeagent: nvlink UNKNOWN: timed out +1 more"
 
 
-def test_nothing_to_say_is_ok() -> None:
-    doc = document(CheckResult("numa", "NUMA", [finding("numa", Status.OK, "layout", "1 node")], 0.01))
-    assert slurm_reason(doc) == "nodeagent: OK (playbook preflight)"
-    assert slurm_reason(document(*[], playbook=None)) == "nodeagent: OK"
+def test_a_node_that_may_run_the_job_has_no_reason() -> None:
+    ok = CheckResult("numa", "NUMA", [finding("numa", Status.OK, "layout", "1 node")], 0.01)
+    assert slurm_reason(document(ok)) == ""
+    assert slurm_reason(document(ok, threads_warn())) == ""  # a WARN refuses only under --fail-on warn
+    assert slurm_lines(document(ok, threads_warn())) == ""
+    allowed = judge.Verdict(True, "fail", "no finding at FAIL/UNKNOWN")
+    assert slurm_reason(document(ok, threads_warn(), verdict=allowed)) == ""
+    refused_at_warn = judge.Verdict(False, "warn", "1 WARN")
+    reason = slurm_reason(document(ok, threads_warn(), verdict=refused_at_warn))
+    assert reason == "nodeagent: threads/OMP_NUM_THREADS WARN: OMP_NUM_THREADS=64 oversubscribes 8 CPUs"
 
 
 SUBJECTS = st.text(alphabet="abcdefxyz019/._-:, ", min_size=0, max_size=20)
+SUMMARIES = st.text(alphabet="abcxyz019 .,:;()%=-/'\"$`", min_size=0, max_size=200)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
     findings=st.lists(
-        st.tuples(st.sampled_from(["gpu", "rdma", "kernel", "nic"]), SUBJECTS, st.sampled_from(list(Status))),
+        st.tuples(
+            st.sampled_from(["gpu", "rdma", "kernel", "nic"]),
+            SUBJECTS,
+            st.sampled_from(list(Status)),
+            SUMMARIES,
+        ),
         min_size=1,
         max_size=12,
     ),
     max_len=st.integers(min_value=40, max_value=200),
 )
-def test_names_are_the_worst_status_subjects_each_once(
-    findings: list[tuple[str, str, Status]], max_len: int
+def test_the_reason_is_the_first_refusing_finding_in_whole_words(
+    findings: list[tuple[str, str, Status, str]], max_len: int
 ) -> None:
     results = [
-        CheckResult(cid, cid, [finding(cid, status, subject, f"{subject} is bad")], 0.01)
-        for cid, subject, status in findings
+        CheckResult(cid, cid, [finding(cid, status, subject, summary)], 0.01)
+        for cid, subject, status, summary in findings
     ]
-    doc = document(*results)
-    reason = slurm_reason(doc, max_len)
-    assert len(reason) <= max_len and set(reason) <= ALLOWED and reason.startswith(HEAD)
-    worst = max((s for _, _, s in findings), key=lambda s: s.rank)
-    if worst not in (Status.FAIL, Status.UNKNOWN, Status.WARN):
-        assert reason.startswith("nodeagent: OK")
+    reason = slurm_reason(document(*results), max_len)
+    refusing = [(c, sj, s, sm) for c, sj, s, sm in findings if s in (Status.FAIL, Status.UNKNOWN)]
+    if not refusing:
+        assert reason == ""
         return
-    named = names_in(reason, worst.value)
-    assert len(named) == len(set(named)), reason  # each subject once
-    expected = {
-        " ".join(f"{cid}/{subject.strip()}".replace(",", " ").split()) if subject.strip() else cid
-        for cid, subject, status in findings
-        if status is worst
+    assert len(reason) <= max_len and set(reason) <= ALLOWED and "\n" not in reason
+    worst = max((s for _, _, s, _ in refusing), key=lambda s: s.rank)
+    first = next(f for f in refusing if f[2] is worst)
+    name = (
+        " ".join(f"{first[0]}/{first[1].strip()}".replace(",", " ").split()) if first[1].strip() else first[0]
+    )
+    names = {
+        " ".join(f"{c}/{sj.strip()}".replace(",", " ").split()) if sj.strip() else c
+        for c, sj, _, _ in refusing
     }
-    cut = len(named) == 1 and named[0] not in expected  # the first alone did not fit: cut
-    assert cut or set(named) <= expected, (reason, expected)
+    subject, status, summary, more = parts(reason)
+    assert status == worst.value
+    assert more == len(names) - 1 or (more == 0 and len(names) == 1)
+    if subject == clean(name):
+        # Whole words of the summary, from its start (a headline naming the subject may be left out).
+        words = clean(first[3]).split()
+        shown = summary.split()
+        assert any(words[i : i + len(shown)] == shown for i in range(len(words) + 1)), (reason, first)
+    else:
+        assert clean(name).startswith(subject) and not summary  # a name too long for the field: cut
 
 
 def test_a_recorded_gpu_node_through_preflight(tmp_path: Path) -> None:
@@ -234,6 +233,18 @@ def test_a_recorded_gpu_node_through_preflight(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr
     reason = proc.stdout.strip()
-    assert reason.startswith("nodeagent: gpu/0000:34:00.0"), reason
+    assert proc.stdout.count("\n") == 1
+    assert reason.startswith("nodeagent: gpu/0000:34:00.0 FAIL: "), reason
     assert "0000:34:00.0" in reason[:SINFO] and reason.count("gpu/0000:34:00.0") == 1
     assert "lifetime" not in reason  # the WARN's headline
+
+
+def test_an_allowed_node_prints_nothing(tmp_path: Path) -> None:
+    """The real command on a recorded node the preflight playbook allows: exit 0 and no output, so
+    the prolog drains exactly when there is a line."""
+    tree = corpus.build_tree(corpus.load("sysfs-ghw-xeon-l5640-2socket"), tmp_path / "tree")
+    argv = ["preflight", "--root", str(tree), "--playbook", "preflight", "--format", "slurm"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "nodeagent", *argv], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert (proc.returncode, proc.stdout) == (0, ""), (proc.stdout, proc.stderr)

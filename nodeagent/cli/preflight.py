@@ -91,7 +91,9 @@ def preflight(
     elif fmt == "slurm":
         from nodeagent.render.slurm import slurm_reason
 
-        click.echo(slurm_reason(doc))
+        reason = slurm_reason(doc)
+        if reason:  # a node that may run the job prints nothing: a script drains when there is a line
+            click.echo(reason)
     else:
         from rich.text import Text
 

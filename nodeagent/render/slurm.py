@@ -16,19 +16,19 @@ parses it again) and used in HealthCheckProgram scripts: without those character
 argument inside single or double quotes at every level, expands nothing and cannot end the command
 or start another. Anything else in a finding becomes a space (`;` a comma; accents are dropped).
 
-Format: `nodeagent: SUBJECT,SUBJECT (+N more) STATUS: DETAIL / DETAIL (playbook NAME)`.
-- Only the items at the reason's status, the worst one: a FAIL reason names the FAILs, never a WARN
-  beside them. An item is a finding (`check/subject`), `CHECK` for a check cut at the time limit
-  (detail `timed out`), `bench/CONFIG` for a benchmark configuration that failed, `no result
-  (KIND)` for a fleet host that gave none.
-- Each subject once: a check's two findings on one subject, or a playbook threshold (or baseline
-  difference) on a value of a check's evidence (`check.kernel.memlock./proc/self/limits`) and that
-  check's own finding, are one problem, named as the check names it (`kernel/memlock`). A threshold
-  on a fact is named by the fact's object: `rdma[mlx5_0/1].state` is `rdma/mlx5_0/1`.
-- Subjects are never cut (unless the first alone does not fit): those that do not fit are counted.
-  Then the status, then each subject's detail (the first clause of its summary) in the same order,
-  as many as fit, then the playbook when there is room.
-- `nodeagent: OK` when nothing needs attention.
+Format: nothing at all when the node may run the job (the gate's verdict allows it; without a
+verdict, no finding at FAIL or UNKNOWN), so a script drains exactly when there is a line. Else:
+`nodeagent: SUBJECT STATUS: SUMMARY +N more`, at most `max_len` characters, made of whole words.
+- SUBJECT and SUMMARY are those of the first item that refuses the node, worst first, in the
+  document's order: a finding (`check/subject`), `CHECK` for a check cut at the time limit
+  (`timed out`), `bench/CONFIG` for a benchmark configuration that failed, `no result (KIND)` for a
+  fleet host that gave none. The summary is whole words, as many as fit; a headline that only names
+  the subject again is left out ("GPU0 (0000:34:00.0): ...").
+- `+N more` counts the other refusing items, each subject once: a playbook threshold (or baseline
+  difference) on a check's value re-judges that check's finding already (nodeagent.gate.fold); one
+  left on its own (`check.kernel.memlock./proc/self/limits soft`, a check that did not report it) is
+  named as the check names it (`kernel/memlock`), a threshold on a fact by the fact's object
+  (`rdma[mlx5_0/1].state` is `rdma/mlx5_0/1`): never by an evidence key.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ from nodeagent.render.runs import ATTENTION, HostRun, attention, document, host_
 ALLOWED = frozenset(string.ascii_letters + string.digits + " .,:/_+%=()@-")
 DEFAULT_MAX_LEN = 120
 MIN_LEN = 40  # room for "nodeagent: ", one subject and " (+N more) UNKNOWN"
-MAX_CLAUSE = 48  # a summary's first clause is cut here, so one finding cannot crowd out the others
 HEAD = "nodeagent: "
-DETAILS_SEP = " / "
 # Checks whose subjects are value keys (nodeagent.compare.values.host_values), not things on the
 # node: nodeagent.gate.thresholds.CHECK_ID and nodeagent.gate.baseline.CHECK_ID (not imported: baseline pulls
 # in the fleet's tables).
@@ -66,7 +64,8 @@ def clean(text: str) -> str:
 
 
 def slurm_reason(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_LEN) -> str:
-    """One host's document as a one-line reason of at most `max_len` characters (module docstring).
+    """One host's document as a one-line reason of at most `max_len` characters, "" when the node
+    may run the job (module docstring).
 
     A fleet document has one reason per host: use `slurm_lines`.
     """
@@ -79,33 +78,55 @@ def slurm_reason(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_L
 
 
 def slurm_lines(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_LEN) -> str:
-    """The reason, newline-terminated; for a fleet, one `HOST REASON` line per host, for
+    """The reason, newline-terminated ("" when the node may run the job); for a fleet, one
+    `HOST REASON` line per host that may not, for
     `while read -r node reason; do scontrol update nodename="$node" ... reason="$reason"; done`."""
     report = document(doc)
     if not isinstance(report, FleetDocument):
-        return slurm_reason(report, max_len) + "\n"
-    return "".join(f"{clean(run.host) or '-'} {_reason(run, max_len)}\n" for run in host_runs(report))
+        reason = slurm_reason(report, max_len)
+        return reason + "\n" if reason else ""
+    lines = ((run.host, _reason(run, max_len)) for run in host_runs(report))
+    return "".join(f"{clean(host) or '-'} {reason}\n" for host, reason in lines if reason)
 
 
 def _reason(run: HostRun, max_len: int) -> str:
-    playbook = clean(run.playbook or "")
-    tail = f" (playbook {playbook})" if playbook else ""
-    items = _items(run)
-    # The document's status, unless what needs attention is worse (a check cut at the budget).
-    status = max([run.status, *(s for s, _, _ in items)], key=lambda s: s.rank)
-    if status not in ATTENTION:
-        return _cut(_with_tail(f"{HEAD}OK", tail, max_len), max_len)
-    # A comma separates the subjects: one inside a subject ("nic/eth0,eth1") would split it in two.
-    named = _once(
-        [
-            (" ".join(name.replace(",", " ").split()) or "-", detail)
-            for s, name, detail in items
-            if s == status
-        ]
-    )
-    if not named:  # a FAIL whose findings do not say why: the bare status
-        return _cut(_with_tail(f"{HEAD}{status.value}", tail, max_len), max_len)
-    return _fit(named, status, tail, max_len)
+    """The reason for a node that may not run the job; "" for one that may."""
+    refusing = _refusing(run)
+    items = [(status, name, detail) for status, name, detail in _items(run) if status in refusing]
+    if not items:
+        return ""
+    status, name, detail = items[0]
+    others = len(_once([(n, d) for _, n, d in items])) - 1
+    more = f" +{others} more" if others else ""
+    name = " ".join(name.replace(",", " ").split()) or "-"
+    room = max_len - len(f"{HEAD} {status.value}{more}")
+    if len(name) > room:  # a name too long for the field: cut it, keep the status and the count
+        return f"{HEAD}{name[:room].rstrip()} {status.value}{more}"
+    head = f"{HEAD}{name} {status.value}"
+    room = max_len - len(head + more) - len(": ")
+    words = _whole_words(clean(detail), room)
+    return f"{head}: {words}{more}" if words else head + more
+
+
+def _refusing(run: HostRun) -> tuple[Status, ...]:
+    """The statuses that keep this node from the job: the gate's (its verdict's --fail-on); without
+    a verdict (`check`), FAIL and UNKNOWN, the gate's default. None when the verdict allows it."""
+    if run.verdict is not None:
+        if run.verdict.allowed:
+            return ()
+        return ATTENTION if run.verdict.fail_on == "warn" else (Status.FAIL, Status.UNKNOWN)
+    return (Status.FAIL, Status.UNKNOWN)
+
+
+def _whole_words(text: str, room: int) -> str:
+    """As many whole words of `text` as fit in `room` characters."""
+    out = ""
+    for word in text.split():
+        candidate = f"{out} {word}" if out else word
+        if len(candidate) > room:
+            break
+        out = candidate
+    return out
 
 
 def _items(run: HostRun) -> list[tuple[Status, str, str]]:
@@ -114,15 +135,15 @@ def _items(run: HostRun) -> list[tuple[Status, str, str]]:
     findings in the document's order (a check's own before the playbook's), then the benchmark."""
     if run.error is not None:
         kind = clean(run.error.kind) or "error"
-        return [(Status.FAIL, f"no result ({kind})", _clause(run.error.message))]
+        return [(Status.FAIL, f"no result ({kind})", _detail(run.error.message))]
     titles = {c.id: c.title for c in run.checks}
     found: list[tuple[Status, int, str, str]] = []
     for f in attention(run.findings):
         if f.check_id in run.timed_out:
             continue
         name, summary = _named(f, run.findings)
-        clause = _clause(_without_title(summary, titles.get(f.check_id, "")), f.subject)
-        found.append((f.status, 1, name, clause))
+        detail = _detail(_without_title(summary, titles.get(f.check_id, "")), f.subject)
+        found.append((f.status, 1, name, detail))
     for cid in sorted(run.timed_out):
         found.append((Status.UNKNOWN, 0, clean(cid) or "-", "timed out"))
     for name in _failed_bench_configs(run.bench):
@@ -192,58 +213,19 @@ def _without_title(summary: str, title: str) -> str:
     return summary[len(title) + 2 :] if title and summary.startswith(f"{title}: ") else summary
 
 
-def _clause(summary: str, subject: str = "") -> str:
-    """The summary up to its first ': ' or '; ' outside parentheses (the headline before the
-    explanation), cut at MAX_CLAUSE on a word boundary. A headline that only names the subject
-    again ("GPU0 (0000:34:00.0): 1 uncorrectable ECC error") gives way to the clause after it."""
+def _detail(summary: str, subject: str = "") -> str:
+    """The summary, less a headline that only names the subject again ("GPU0 (0000:34:00.0): 1
+    uncorrectable ECC error" is "1 uncorrectable ECC error" after the name `gpu/0000:34:00.0`): up
+    to its first ': ' or '; ' outside parentheses."""
     depth = 0
-    end = len(summary)
     for i, c in enumerate(summary):
         depth += {"(": 1, ")": -1}.get(c, 0)
         if depth <= 0 and c in ":;" and summary[i + 1 : i + 2] == " ":
-            end = i
+            head, rest = summary[:i], summary[i + 2 :]
+            if subject and subject in head and len(head) <= 2 * len(subject) + 8 and rest.strip():
+                return clean(rest)
             break
-    rest = summary[end + 2 :]
-    if subject and subject in summary[:end] and len(summary[:end]) <= 2 * len(subject) + 8 and rest.strip():
-        return _clause(rest)
-    text = clean(summary[:end])
-    if len(text) <= MAX_CLAUSE:
-        return text
-    return text[:MAX_CLAUSE].rsplit(" ", 1)[0].rstrip(",:") + ".."
-
-
-def _fit(named: list[tuple[str, str]], status: Status, tail: str, max_len: int) -> str:
-    """The subjects (whole, as many as fit with the count of the rest and the status), then the
-    details in the same order while they fit, then the playbook."""
-    names = [name for name, _ in named]
-    total = len(names)
-
-    def head(shown: list[str]) -> str:
-        more = f" (+{total - len(shown)} more)" if len(shown) < total else ""
-        return f"{HEAD}{','.join(shown)}{more} {status.value}"
-
-    shown = 0
-    while shown < total and len(head(names[: shown + 1])) <= max_len:
-        shown += 1
-    if shown == 0:  # not even the first name fits whole: cut it; the count says the rest
-        room = max_len - len(head([""]))
-        line = head([names[0][: max(1, room)]])
-        return _cut(line, max_len)
-    line = head(names[:shown])
-    details: list[str] = []
-    for _, detail in named[:shown]:
-        candidate = line + ": " + DETAILS_SEP.join([*details, detail or "-"])
-        if len(candidate) > max_len:
-            break
-        details.append(detail or "-")
-    if details:
-        line += ": " + DETAILS_SEP.join(details)
-    return _with_tail(line, tail, max_len)
-
-
-def _with_tail(line: str, tail: str, max_len: int) -> str:
-    """`line` and the playbook, when both fit."""
-    return line + tail if len(line + tail) <= max_len else line
+    return clean(summary)
 
 
 def _cut(text: str, max_len: int) -> str:
