@@ -31,22 +31,18 @@ from typing import Any
 
 import pytest
 
-from tests import corpus
-
-GPUS = "smix-pai-azure-4x-tesla-k80"  # 4 Tesla K80 GPUs, `nvidia-smi -q -x`
-NVLINK = "topo-gcp-a3-h100-8gpu-nv18-gpu-numa-id"  # 8 H100, topo -m with NV18 and nvlink -s
-HCAS = "ib-gpud-h100-roce-cx7-400-all-active"  # 12 ConnectX ports of an H100 node, all ACTIVE
-SMI_XML = "commands/nvidia-smi-q-x.txt"
-NVLINK_S = "commands/nvidia-smi-nvlink-s.txt"
-
-
-def node(tmp_path: Path, name: str, *recordings: str) -> Path:
-    """One snapshot tree holding the files of several recordings."""
-    dest = tmp_path / name
-    for i, rec in enumerate(recordings):
-        part = corpus.build_tree(corpus.load(rec), tmp_path / f"{name}.part{i}")
-        shutil.copytree(part, dest, dirs_exist_ok=True)
-    return dest
+from tests.recorded_nodes import (
+    GPUS,
+    HCAS,
+    NVLINK,
+    NVLINK_S,
+    SMI_XML,
+    bus_ids,
+    drop_gpu,
+    drop_hca,
+    node,
+    save_baseline,
+)
 
 
 def gate(tree: Path, *args: str) -> tuple[int, dict[str, Any]]:
@@ -71,27 +67,6 @@ def user_playbook(tmp_path: Path, expect: str | None = None) -> str:
     text = "description: our GPU nodes\ninclude: [gpu-training]\nskip_checks: [kernel]\n"
     path.write_text(text + (f"expect: {expect}\n" if expect else ""))
     return str(path)
-
-
-def drop_gpu(tree: Path, bus_id: str) -> None:
-    """The GPU at `bus_id` gone from `nvidia-smi -q -x`, as the driver shows a GPU it lost."""
-    xml = tree / SMI_XML
-    text = xml.read_text()
-    blocks = re.findall(r"<gpu id=\"[^\"]+\">.*?</gpu>", text, flags=re.DOTALL)
-    (gone,) = [b for b in blocks if f'id="{bus_id}"' in b]
-    attached = int(re.search(r"<attached_gpus>(\d+)</attached_gpus>", text).group(1))  # type: ignore[union-attr]
-    text = text.replace(gone, "").replace(
-        f"<attached_gpus>{attached}</attached_gpus>", f"<attached_gpus>{attached - 1}</attached_gpus>"
-    )
-    xml.write_text(text)
-
-
-def bus_ids(tree: Path) -> list[str]:
-    return re.findall(r"<gpu id=\"([^\"]+)\">", (tree / SMI_XML).read_text())
-
-
-def drop_hca(tree: Path, device: str) -> None:
-    shutil.rmtree(tree / "sys" / "class" / "infiniband" / device)
 
 
 @pytest.fixture
@@ -178,11 +153,6 @@ def test_nvlinks_down_fail_gpu_training_alone(tmp_path: Path) -> None:
     assert code == 2
 
 
-def save_baseline(tree: Path, path: Path) -> None:
-    cmd = [sys.executable, "-m", "nodeagent", "baseline", "save", str(path), "--root", str(tree)]
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 def test_a_narrower_gpu_link_fails_against_the_expected_width(tmp_path: Path, k80_node: Path) -> None:
     save_baseline(k80_node, tmp_path / "intact.json")
     xml = k80_node / SMI_XML
@@ -199,13 +169,15 @@ def test_a_narrower_gpu_link_fails_against_the_expected_width(tmp_path: Path, k8
     assert code == 2
     (pcie,) = [f for f in failing(doc) if f[0] == "pcie"]
     assert "width x8 below the expected x16" in pcie[2]
-    # Against the baseline the narrower link is lost hardware at gpu-training's device level.
+    # Against the baseline the narrower link is lost hardware: it re-judges the pcie check's finding
+    # about that GPU's link (one fact, one finding), which says what the baseline had.
     code, doc = gate(
         k80_node, "--playbook", user_playbook(tmp_path), "--baseline", str(tmp_path / "intact.json")
     )
     assert code == 2
-    (dropped,) = [f for f in failing(doc) if f[0] == "baseline"]
-    assert dropped[1].endswith("/current_link_width") and "8x" in dropped[2] and "16x" in dropped[2]
+    (dropped,) = failing(doc)
+    assert dropped[0] == "pcie" and "current_link_width is 8x; the baseline has 16x" in dropped[2]
+    assert not [f for f in doc["findings"] if f["check_id"] == "baseline"]
     # Intact, the same playbook passes.
     xml.write_text(text)
     code, doc = gate(k80_node, "--playbook", stated)
