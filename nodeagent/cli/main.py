@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -34,6 +34,9 @@ from nodeagent.cli.verify import metric_option, pairs_option
 from nodeagent.cli.verify import register as register_verify_commands
 from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from nodeagent.cluster.bandwidth.plan import Params as BandwidthParams
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
@@ -77,6 +80,24 @@ def cli() -> None:
     help="ring: each host to the next, all at once; pairs: every ordered pair.",
 )
 @click.option("--min-gbits", type=float, help="With --bandwidth: a link below this many Gbit/s fails.")
+# The defaults of nodeagent.cluster.bandwidth.plan.Params, repeated so that `--help` imports nothing
+# more; a test holds the two equal.
+@click.option(
+    "--warn-below-median",
+    type=float,
+    default=0.5,
+    show_default=True,
+    metavar="FRACTION",
+    help="With --bandwidth: a link below this fraction of the median of its tool's links warns (0: off).",
+)
+@click.option(
+    "--fail-below-median",
+    type=float,
+    default=0.1,
+    show_default=True,
+    metavar="FRACTION",
+    help="With --bandwidth: a link below this fraction of the median of its tool's links fails (0: off).",
+)
 @playbook_option
 @baseline_option
 @output_option
@@ -94,6 +115,8 @@ def check(
     bandwidth: bool,
     bandwidth_mode: str,
     min_gbits: float | None,
+    warn_below_median: float,
+    fail_below_median: float,
     playbook_name: str | None,
     baseline_path: Path | None,
     outputs: tuple[str, ...],
@@ -119,7 +142,17 @@ def check(
     )
     inv = fleet.inventory(root, hostname)
     if inv is not None:
-        _check_fleet(inv, request, fleet, remote_agent, bandwidth, bandwidth_mode, min_gbits, fmt, outputs)
+        bw_params = None
+        if bandwidth:
+            from nodeagent.cluster.bandwidth import measure
+
+            bw_params = measure.Params(
+                mode=bandwidth_mode,
+                min_gbits_per_s=min_gbits,
+                warn_below_median=warn_below_median,
+                fail_below_median=fail_below_median,
+            )
+        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs)
     if fleet.slurm:
         _check_slurm(request, fleet, bandwidth, fmt, outputs)
     if remote_agent or bandwidth:
@@ -147,21 +180,15 @@ def _check_fleet(
     request: Any,
     fleet: Fleet,
     remote_agent: bool,
-    bandwidth: bool,
-    bandwidth_mode: str,
-    min_gbits: float | None,
+    bw_params: BandwidthParams | None,
     fmt: str,
     outputs: tuple[str, ...],
 ) -> NoReturn:
+    """check --cluster/--hosts; `bw_params` (bandwidth Params) when --bandwidth measures the links."""
     from nodeagent.app import fleet as fleets
     from nodeagent.render import jsonout
     from nodeagent.render.progress import progress
 
-    bw_params = None
-    if bandwidth:
-        from nodeagent.cluster.bandwidth import measure
-
-        bw_params = measure.Params(mode=bandwidth_mode, min_gbits_per_s=min_gbits)
     with progress(len(inv.hosts), "check") as on_done:
         ran = fleets.check(inv, request, fleet.request(), on_done, remote_agent, bw_params)
     sections = []

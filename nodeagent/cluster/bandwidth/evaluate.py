@@ -1,12 +1,25 @@
 """What measured links say: slow links and slow hosts, as findings (`evaluate`, pure).
 
-Slow links are found against the fleet (median and MAD, nodeagent.compare.fleet.outliers_in, per
-tool: an RDMA link and a TCP link are not comparable) and against the playbook's thresholds. A host
-whose measured in- and out-links are all slow is named as the cause, not its links: one bad cable
-slows one direction of one link, a bad host (NIC at a lower speed, a rate limit, a saturated CPU)
-slows every link it is on. MAD needs the slow links to be fewer than half: one slow host stands out
-from 5 hosts on (a ring of 4 has 2 slow links out of 4); below that, only the thresholds
-(`min_gbits_per_s`, `max_latency_ms`) can fail a link.
+Slow links are found against the fleet, among the links of one tool (an RDMA link and a TCP link are
+not comparable), by two rules, and against the playbook's thresholds:
+
+- ratio: a link below `warn_below_median` (0.5) times the median of the measured links is WARN,
+  below `fail_below_median` (0.1) FAIL (the reasons are at plan.Params). It sees one slow link among
+  a few noisy ones, where MAD cannot: links of 16.1, 0.018, 8.5 and 18.2 Gbit/s have a MAD of
+  4.85 Gbit/s, and the slow link's modified z-score is only -1.7;
+- MAD: a modified z-score below -3.5 (nodeagent.compare.fleet.outliers_in) with a shortfall of at
+  least 20% of the median, WARN: on a quiet fleet, the link 20 to 50% short that the ratio passes.
+
+A link flagged by several rules is one finding, at the worst status, with every reason. Both rules
+need 3 measured links of a tool: the median of 2 sits halfway between them and is no reference.
+With fewer, only `min_gbits_per_s` (`--min-gbits`) judges them, and a finding says so: SKIPPED,
+naming `--min-gbits`, when it is not given.
+
+A host whose measured in- and out-links are all slow is named as the cause, not its links: one bad
+cable slows one direction of one link, a bad host (NIC at a lower speed, a rate limit, a saturated
+CPU) slows every link it is on. In a ring one slow host makes 2 of the n links slow, half of them
+or more when n is 3 or 4: the links' median and MAD are then no longer the healthy links' own, so
+both rules also judge each host's best link against the other hosts' best links.
 
 Apart from the measuring (nodeagent.cluster.bandwidth.measure) so that it is tested on hand-made links.
 """
@@ -47,15 +60,31 @@ class _Metric:
     unit: str
     worse: str  # the outlier direction that matters: "low" | "high"
     limit: float | None
+    option: str  # how a user gives `limit`, named when too few links leave only it to judge them
+    warn_ratio: float = 0.0  # the ratio rule's fractions of the median (bandwidth); 0: no such rule
+    fail_ratio: float = 0.0
 
-    def expected(self) -> str:
-        if self.limit is None:
-            return "within the fleet"
+    def expected(self, compared: bool = True) -> str:
+        """What a link should reach: the threshold, and the fleet's rules when its links were compared."""
+        if not compared:
+            return "no threshold" if self.limit is None else self.expected_limit()
+        parts = ["within the fleet"]
+        if self.warn_ratio > 0:
+            parts.insert(0, f"at least {self.warn_ratio:g} x the median of its tool's links")
+        if self.limit is not None:
+            parts.insert(0, self.expected_limit())
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])}, and {parts[-1]}"
+
+    def expected_limit(self) -> str:
         word = "at least" if self.worse == "low" else "at most"
-        return f"{word} {self.show(self.limit)}, and within the fleet"
+        return f"{word} {self.show(self.limit or 0.0)}"
 
     def value(self, link: Link) -> float | None:
         return link.gbits_per_s if self.name == "bandwidth" else link.latency_ms
+
+    def group(self, link: Link) -> str:
+        """Links compared with each other: bandwidth among one tool's, latency is always ping's."""
+        return link.tool if self.name == "bandwidth" else "ping"
 
     def beyond_limit(self, value: float) -> bool:
         if self.limit is None:
@@ -66,6 +95,13 @@ class _Metric:
         if self.worse == "low":
             return value <= (1 - MIN_SHORTFALL) * median
         return value - median >= MIN_LATENCY_EXCESS_MS
+
+    def below_median(self, value: float, median: float) -> tuple[Status, float] | None:
+        """The ratio rule: (status, the fraction crossed) for a value below a fraction of the median."""
+        for status, fraction in ((Status.FAIL, self.fail_ratio), (Status.WARN, self.warn_ratio)):
+            if value < fraction * median:
+                return status, fraction
+        return None
 
     def show(self, value: float) -> str:
         return f"{format_number(value)} {self.unit}"
@@ -78,28 +114,57 @@ class _Bad:
     reasons: list[str] = field(default_factory=list)
 
 
+def _flag(bad: dict[str, _Bad], label: str, value: float, status: Status, reason: str) -> None:
+    """One entry per link whatever flags it: the worst status and every reason."""
+    entry = bad.setdefault(label, _Bad(status, value))
+    entry.status = worst([entry.status, status])
+    if reason not in entry.reasons:
+        entry.reasons.append(reason)
+
+
 def evaluate(links: Sequence[Link], params: Params) -> list[Finding]:
     """Findings for measured links (pure; see the module docstring):
 
     - UNKNOWN for links whose measurement failed (one finding for a host when one error hits all
       its links, as a dead host's does);
-    - per metric (bandwidth low, latency high): WARN for outliers against the fleet, FAIL below or
-      above the playbook's threshold; attributed to a host when one explains the slow links
-      (`attribute`), else reported link by link;
+    - per metric (bandwidth low, latency high): WARN for MAD outliers against the fleet, WARN or
+      FAIL below fractions of the fleet's median (bandwidth), FAIL below or above the playbook's
+      threshold; attributed to a host when one explains the slow links (`attribute`), else
+      reported link by link;
+    - for a tool with fewer than 3 measured links, which cannot be compared with each other: a
+      finding saying so, SKIPPED without `min_gbits_per_s`, OK when every link reaches it;
     - one OK finding summarising the fleet when no measured link is slow.
     """
     if not links:
         return [Finding(CHECK_ID, Status.SKIPPED, "no links to measure: the fleet needs at least 2 hosts")]
-    metrics = [
-        _Metric("bandwidth", "Gbit/s", "low", params.min_gbits_per_s),
-        _Metric("latency", "ms", "high", params.max_latency_ms),
-    ]
-    problems = [f for metric in metrics for f in _metric_findings(links, metric)]
+    bandwidth = _Metric(
+        "bandwidth",
+        "Gbit/s",
+        "low",
+        params.min_gbits_per_s,
+        "--min-gbits",
+        params.warn_below_median,
+        params.fail_below_median,
+    )
+    latency = _Metric("latency", "ms", "high", params.max_latency_ms, "max_latency_ms")
+    slow = _metric_findings(links, bandwidth)
+    problems = slow + _metric_findings(links, latency)
     findings = _error_findings(links)
+    groups = _groups(links, bandwidth)
     if not problems:
-        summary = _fleet_summary(links)
-        findings += [summary] if summary is not None else []
+        findings += _fleet_summary(links, {tool: s for tool, s in groups.items() if len(s) >= MIN_LINKS})
+    findings += _too_few_findings(groups, bandwidth, slow)
     return findings + problems
+
+
+def _groups(links: Sequence[Link], metric: _Metric) -> dict[str, dict[str, float]]:
+    """The measured values of `metric`, label -> value, per group of links compared together."""
+    out: dict[str, dict[str, float]] = {}
+    for link in links:
+        value = metric.value(link)
+        if value is not None:
+            out.setdefault(metric.group(link), {})[link.label] = value
+    return out
 
 
 def _error_findings(links: Sequence[Link]) -> list[Finding]:
@@ -146,51 +211,96 @@ def _not_measured(links: Sequence[Link]) -> str:
 
 def _metric_findings(links: Sequence[Link], metric: _Metric) -> list[Finding]:
     measured = {link.label: link for link in links if metric.value(link) is not None}
-    values = {label: float(metric.value(link) or 0.0) for label, link in measured.items()}
     medians: dict[str, float] = {}
     bad: dict[str, _Bad] = {}
-    # Bandwidth is compared among the links of one tool; latency is always ping's.
-    groups: dict[str, dict[str, float]] = {}
-    for label, link in measured.items():
-        groups.setdefault(link.tool if metric.name == "bandwidth" else "ping", {})[label] = values[label]
-    for samples in groups.values():
-        median = statistics.median(samples.values())
-        medians |= dict.fromkeys(samples, median)
-        for o in fleet.outliers_in(samples, f"{metric.name} {metric.unit}", min_hosts=MIN_LINKS):
-            if o.direction == metric.worse and metric.material(o.value, o.median):
-                word = "below" if metric.worse == "low" else "above"
-                bad.setdefault(o.host, _Bad(Status.WARN, o.value)).reasons.append(
-                    f"far {word} the fleet's median {metric.show(o.median)} (modified z-score {o.score:+.1f})"
-                )
+    too_few: dict[str, str] = {}  # label -> why only the threshold judged it
+    for group, samples in _groups(links, metric).items():
+        if len(samples) < MIN_LINKS:
+            too_few |= dict.fromkeys(samples, _too_few_words(len(samples), group, metric))
+            continue
+        medians |= dict.fromkeys(samples, statistics.median(samples.values()))
+        _link_outliers(samples, metric, bad)
         _host_outliers(samples, measured, metric, bad)
-    for label, value in values.items():
-        if metric.limit is not None and metric.beyond_limit(value):
-            word = "below the minimum" if metric.worse == "low" else "above the maximum"
-            entry = bad.setdefault(label, _Bad(Status.FAIL, value))
-            entry.status = Status.FAIL
-            entry.reasons.append(f"{word} {metric.show(metric.limit)}")
+        if metric.warn_ratio or metric.fail_ratio:
+            _links_below_median(samples, group, metric, bad)
+            _hosts_below_median(samples, measured, metric, bad)
+    _beyond_limit(measured, metric, too_few, bad)
     if not bad:
         return []
     culprits, rest = attribute(set(bad), [(link.src, link.dst) for link in measured.values()])
     findings = [
         _host_finding(host, role, labels, bad, medians, metric) for host, (role, labels) in culprits.items()
     ]
-    for label in rest:
-        src, dst, entry = measured[label].src, measured[label].dst, bad[label]
-        findings.append(
-            Finding(
-                CHECK_ID,
-                entry.status,
-                f"{label}: {metric.name} {metric.show(entry.value)}, {'; '.join(entry.reasons)}; "
-                f"{src}'s and {dst}'s other links are not, so look at the path between them "
-                f"(cable, switch port, route) or at {src}'s sending and {dst}'s receiving side",
-                evidence={label: metric.show(entry.value), "fleet median": metric.show(medians[label])},
-                expected=metric.expected(),
-                remediation=_remediation(metric, None),
-                subject=label,
-            )
-        )
+    findings += [_link_finding(measured[label], bad[label], medians.get(label), metric) for label in rest]
     return findings
+
+
+def _beyond_limit(
+    measured: Mapping[str, Link], metric: _Metric, too_few: Mapping[str, str], bad: dict[str, _Bad]
+) -> None:
+    """The playbook's threshold: FAIL below the minimum (above the maximum), whatever the fleet
+    does; for links of a tool too few to compare, the reason says it was the only judge."""
+    if metric.limit is None:
+        return
+    word = "below the minimum" if metric.worse == "low" else "above the maximum"
+    for label, link in measured.items():
+        value = float(metric.value(link) or 0.0)
+        if metric.beyond_limit(value):
+            reason = f"{word} {metric.show(metric.limit)}"
+            if label in too_few:
+                reason += f" ({too_few[label]}; judged against {metric.option} {format_number(metric.limit)})"
+            _flag(bad, label, value, Status.FAIL, reason)
+
+
+def _link_finding(link: Link, entry: _Bad, median: float | None, metric: _Metric) -> Finding:
+    """A slow link; `median` None when its tool had too few links to compare."""
+    src, dst = link.src, link.dst
+    evidence = {link.label: metric.show(entry.value)}
+    if median is not None:
+        evidence["fleet median"] = metric.show(median)
+    return Finding(
+        CHECK_ID,
+        entry.status,
+        f"{link.label}: {metric.name} {metric.show(entry.value)}, {'; '.join(entry.reasons)}; "
+        f"{src}'s and {dst}'s other links are not, so look at the path between them "
+        f"(cable, switch port, route) or at {src}'s sending and {dst}'s receiving side",
+        evidence=evidence,
+        expected=metric.expected(compared=median is not None),
+        remediation=_remediation(metric, None),
+        subject=link.label,
+    )
+
+
+def _too_few_words(count: int, group: str, metric: _Metric) -> str:
+    what = f"{group} link" if metric.name == "bandwidth" else "link"
+    return f"{count} {what}{'' if count == 1 else 's'} measured: too few to compare with each other"
+
+
+def _link_outliers(samples: Mapping[str, float], metric: _Metric, bad: dict[str, _Bad]) -> None:
+    """The MAD rule: links far from the fleet's median in MADs, and by a material amount."""
+    word = "below" if metric.worse == "low" else "above"
+    for o in fleet.outliers_in(samples, f"{metric.name} {metric.unit}", min_hosts=MIN_LINKS):
+        if o.direction == metric.worse and metric.material(o.value, o.median):
+            reason = (
+                f"far {word} the fleet's median {metric.show(o.median)} (modified z-score {o.score:+.1f})"
+            )
+            _flag(bad, o.host, o.value, Status.WARN, reason)
+
+
+def _links_below_median(
+    samples: Mapping[str, float], group: str, metric: _Metric, bad: dict[str, _Bad]
+) -> None:
+    """The ratio rule on links: below a fraction of the median of the links of their tool."""
+    median = statistics.median(samples.values())
+    for label, value in samples.items():
+        crossed = metric.below_median(value, median)
+        if crossed is not None:
+            status, fraction = crossed
+            reason = (
+                f"below {fraction:g} x the median {metric.show(median)} of the {len(samples)} measured "
+                f"{group} links"
+            )
+            _flag(bad, label, value, status, reason)
 
 
 WHOLE_HOST = "all its links"
@@ -199,26 +309,68 @@ WHOLE_HOST = "all its links"
 def _host_outliers(
     samples: Mapping[str, float], links: Mapping[str, Link], metric: _Metric, bad: dict[str, _Bad]
 ) -> None:
-    """Hosts whose best link is an outlier: every link through them is slow, so the host is the
-    bottleneck (a NIC at the wrong speed, a bad cable). In a ring, one slow host makes 2 of the n
-    links slow: with five hosts that is 40% of the links, too many for the per-link median/MAD to
-    stand out; the per-host best link makes it one value in n again."""
-    best: dict[str, float] = {}
-    pick = max if metric.worse == "low" else min
-    for label, value in samples.items():
-        for host in (links[label].src, links[label].dst):
-            best[host] = pick(best.get(host, value), value)
+    """The MAD rule on hosts: a host whose best link is an outlier has every link through it slow, so
+    the host is the bottleneck (a NIC at the wrong speed, a bad cable). In a ring, one slow host makes
+    2 of the n links slow: with five hosts that is 40% of the links, too many for the per-link
+    median/MAD to stand out; the per-host best link makes it one value in n again."""
+    best = _host_bests(samples, links, metric)
     for o in fleet.outliers_in(best, f"{metric.name} {metric.unit}", min_hosts=MIN_LINKS):
         if o.direction != metric.worse or not metric.material(o.value, o.median):
             continue
         word = "below" if metric.worse == "low" else "above"
-        for label in samples:
-            if o.host in (links[label].src, links[label].dst):
-                bad.setdefault(label, _Bad(Status.WARN, samples[label])).reasons.append(
-                    f"every link through {o.host} is far {word} the fleet's hosts (its best "
-                    f"{metric.show(o.value)} against a median of {metric.show(o.median)}, "
-                    f"modified z-score {o.score:+.1f})"
-                )
+        reason = (
+            f"every link through {o.host} is far {word} the fleet's hosts (its best "
+            f"{metric.show(o.value)} against a median of {metric.show(o.median)}, "
+            f"modified z-score {o.score:+.1f})"
+        )
+        _flag_host(samples, links, o.host, Status.WARN, reason, bad)
+
+
+def _hosts_below_median(
+    samples: Mapping[str, float], links: Mapping[str, Link], metric: _Metric, bad: dict[str, _Bad]
+) -> None:
+    """The ratio rule on hosts: a host whose best link is below a fraction of the median of the
+    hosts' best links slows every link it is on (see the module docstring)."""
+    best = _host_bests(samples, links, metric)
+    if len(best) < MIN_LINKS:
+        return
+    median = statistics.median(best.values())
+    for host, value in best.items():
+        crossed = metric.below_median(value, median)
+        if crossed is not None:
+            status, fraction = crossed
+            reason = (
+                f"every link through {host} is slow: its best, {metric.show(value)}, is below {fraction:g} x "
+                f"the median best link of the {len(best)} hosts, {metric.show(median)}"
+            )
+            _flag_host(samples, links, host, status, reason, bad)
+
+
+def _host_bests(samples: Mapping[str, float], links: Mapping[str, Link], metric: _Metric) -> dict[str, float]:
+    """Each host's best link (fastest, or lowest latency), for the hosts with a measured in- and
+    out-link among `samples`: a host next to a dead one has one link measured, and that one link
+    says nothing of the host's others."""
+    best: dict[str, float] = {}
+    ends: dict[str, set[str]] = {}
+    pick = max if metric.worse == "low" else min
+    for label, value in samples.items():
+        for end, host in (("out", links[label].src), ("in", links[label].dst)):
+            best[host] = pick(best.get(host, value), value)
+            ends.setdefault(host, set()).add(end)
+    return {host: value for host, value in best.items() if len(ends[host]) == 2}
+
+
+def _flag_host(
+    samples: Mapping[str, float],
+    links: Mapping[str, Link],
+    host: str,
+    status: Status,
+    reason: str,
+    bad: dict[str, _Bad],
+) -> None:
+    for label, value in samples.items():
+        if host in (links[label].src, links[label].dst):
+            _flag(bad, label, value, status, reason)
 
 
 def attribute(
@@ -277,13 +429,15 @@ def _host_finding(
         side = {"out-links": ": look at its sending side", "in-links": ": look at its receiving side"}
         cause = f"every slow link involves {host} (its {role}){side.get(role, '')}"
     evidence = {label: metric.show(bad[label].value) for label in labels}
-    evidence["fleet median"] = metric.show(medians[labels[0]])
+    median = medians.get(labels[0])  # None: its tool had too few links to compare
+    if median is not None:
+        evidence["fleet median"] = metric.show(median)
     return Finding(
         CHECK_ID,
         worst(bad[label].status for label in labels),
         f"{cause}; {metric.name}: {shown}{more} ({reasons})",
         evidence=evidence,
-        expected=metric.expected(),
+        expected=metric.expected(compared=median is not None),
         remediation=_remediation(metric, host),
         subject=host,
         host=host,
@@ -304,37 +458,81 @@ def _remediation(metric: _Metric, host: str | None) -> str:
     )
 
 
-def _fleet_summary(links: Sequence[Link]) -> Finding | None:
-    bandwidth = {link.label: link.gbits_per_s for link in links if link.gbits_per_s is not None}
+def _fleet_summary(links: Sequence[Link], compared: Mapping[str, Mapping[str, float]]) -> list[Finding]:
+    """The OK summary of the tools whose links were compared with each other (3 or more)."""
+    if not compared:
+        return []  # nothing compared: the UNKNOWN and too-few findings say why
+    evidence: dict[str, str] = {}
+    parts = []
+    for tool, samples in compared.items():
+        slowest = min(samples, key=lambda k: samples[k])
+        median = statistics.median(samples.values())
+        evidence |= {
+            f"{tool} links measured": f"{len(samples)} of {len(links)}",
+            f"{tool} median Gbit/s": format_number(median),
+            f"{tool} slowest link": f"{slowest}: {format_number(samples[slowest])} Gbit/s",
+        }
+        parts.append(
+            f"{len(samples)} {tool} links: median {format_number(median)} Gbit/s "
+            f"(slowest {format_number(samples[slowest])})"
+        )
     latency = {link.label: link.latency_ms for link in links if link.latency_ms is not None}
-    if not bandwidth:
-        return None  # nothing measured: the UNKNOWN findings say why
-    slowest = min(bandwidth, key=lambda k: bandwidth[k])
-    median = statistics.median(bandwidth.values())
-    evidence = {
-        "links measured": f"{len(bandwidth)} of {len(links)}",
-        "median Gbit/s": format_number(median),
-        "slowest link": f"{slowest}: {format_number(bandwidth[slowest])} Gbit/s",
-    }
-    parts = [f"median {format_number(median)} Gbit/s (slowest {format_number(bandwidth[slowest])})"]
     if latency:
         highest = max(latency, key=lambda k: latency[k])
         evidence["median latency ms"] = format_number(statistics.median(latency.values()))
         evidence["highest latency"] = f"{highest}: {format_number(latency[highest])} ms"
         parts.append(f"latency median {format_number(statistics.median(latency.values()))} ms")
-    compared = (
-        "no link stands out"
-        if len(bandwidth) >= MIN_LINKS
-        else f"too few links ({len(bandwidth)}) to compare, thresholds only"
-    )
-    return Finding(
-        CHECK_ID,
-        Status.OK,
-        f"{len(bandwidth)} links: {', '.join(parts)}; {compared}",
-        evidence=evidence,
-        expected="no slow link",
-        subject="fleet",
-    )
+    return [
+        Finding(
+            CHECK_ID,
+            Status.OK,
+            f"{'; '.join(parts)}; no link stands out",
+            evidence=evidence,
+            expected="no slow link",
+            subject="fleet",
+        )
+    ]
+
+
+def _too_few_findings(
+    groups: Mapping[str, Mapping[str, float]], metric: _Metric, slow: Sequence[Finding]
+) -> list[Finding]:
+    """For each tool with fewer than 3 measured links: that they were not compared with each other,
+    and what judged them. SKIPPED without a minimum (nothing did), OK when every link reaches it;
+    a link below it is a FAIL finding that says so itself."""
+    out = []
+    for tool, samples in groups.items():
+        if len(samples) >= MIN_LINKS or any(label in f.evidence for f in slow for label in samples):
+            continue
+        words = _too_few_words(len(samples), tool, metric)
+        evidence = {label: metric.show(value) for label, value in samples.items()}
+        if metric.limit is None:
+            out.append(
+                Finding(
+                    CHECK_ID,
+                    Status.SKIPPED,
+                    f"{words}; {metric.name} not judged: pass {metric.option} N, the rate each link "
+                    "must reach",
+                    evidence=evidence,
+                    expected=f"{MIN_LINKS} or more measured links, or {metric.option}",
+                    remediation=f"Give {metric.option} with the rate this network should carry "
+                    "(e.g. 90 for 100 Gbit/s Ethernet), or measure 3 or more hosts.",
+                    subject="fleet",
+                )
+            )
+            continue
+        out.append(
+            Finding(
+                CHECK_ID,
+                Status.OK,
+                f"{words}; judged against {metric.option} {format_number(metric.limit)}: every "
+                f"one reaches it",
+                evidence=evidence,
+                expected=metric.expected(compared=False),
+                subject="fleet",
+            )
+        )
+    return out
 
 
 def _common_hosts(pairs: Sequence[tuple[str, str]]) -> list[str]:

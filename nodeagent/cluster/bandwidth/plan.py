@@ -30,6 +30,20 @@ class Params:
     # Playbook thresholds: a link below / above fails, whatever the rest of the fleet does.
     min_gbits_per_s: float | None = None
     max_latency_ms: float | None = None
+    # The fleet's own reference, beside the median/MAD rule (which cannot see one slow link among
+    # four noisy ones): a link below these fractions of the median of the measured links of its tool
+    # is flagged, whatever its modified z-score. NCCL's ring and tree all-reduce pass every chunk
+    # over every link in turn, so a collective runs at the pace of its slowest link ("the bus
+    # bandwidth should reflect the speed of the hardware bottleneck",
+    # https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md): one link at half the
+    # median halves the job's inter-node bandwidth. Below it: WARN.
+    warn_below_median: float = 0.5
+    # A tenth of its peers is a broken link, not noise: single-stream iperf3 varies by a few percent
+    # from run to run (https://fasterdata.es.net/performance-testing/network-troubleshooting-tools/
+    # iperf/), while a port negotiated a rate step down (Ethernet's 100 -> 10 Gbit/s), a lane or
+    # cable fault, a rate limit or steady packet loss costs factors of 10 and more. Below it: FAIL.
+    # 0 turns either rule off.
+    fail_below_median: float = 0.1
     mode: str = "ring"  # "ring" or "pairs" (see the module docstring)
     port: int = 5201  # iperf3's default port (ib_write_bw keeps perftest's default, 18515)
 
@@ -40,10 +54,25 @@ class Params:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise UsageError(f"bandwidth: {name} {value!r} must be a positive number, or left unset")
+        self._check_fractions()
         if self.mode not in MODES:
             raise UsageError(f"bandwidth: mode {self.mode!r} is not one of {', '.join(MODES)}")
         if not 1 <= self.port <= 65535:
             raise UsageError(f"bandwidth: port {self.port!r} must be between 1 and 65535 (default 5201)")
+
+    def _check_fractions(self) -> None:
+        for name, default in (("warn_below_median", 0.5), ("fail_below_median", 0.1)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value < 1):
+                raise UsageError(
+                    f"bandwidth: {name} {value!r} must be a fraction of the fleet's median from 0 "
+                    f"(off) to below 1 (default {default})"
+                )
+        if self.fail_below_median > self.warn_below_median > 0:
+            raise UsageError(
+                f"bandwidth: fail_below_median {self.fail_below_median!r} is above warn_below_median "
+                f"{self.warn_below_median!r}: a link that fails must also be one that warns"
+            )
 
     @property
     def whole_seconds(self) -> int:
