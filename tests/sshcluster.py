@@ -488,6 +488,34 @@ class SSHCluster:
             if done.returncode != 0:
                 raise RuntimeError(f"{shlex.join(argv)} failed: {done.stderr.strip()}")
 
+    def slow_path(
+        self, src: str, dst: str, rate: str = "10mbit", burst: str = "32kbit", latency: str = "50ms"
+    ) -> None:
+        """Limits only what `src` sends to `dst`'s address: one direction of one pair, as a bad
+        cable or switch port on that path would, while `src`'s other traffic (its ACKs for what
+        other hosts send it, its traffic to other hosts) keeps the full rate.
+
+        On eth0 inside `src`'s namespace: an htb qdisc, which sends what no filter classifies
+        straight out (default 0, https://man7.org/linux/man-pages/man8/tc-htb.8.html), a class at
+        `rate` holding slow_link's token bucket, and a u32 filter putting `dst`'s address in it.
+        (Not prio: some kernels the tests run on lack it.) clear_link removes it.
+        """
+        host = self._namespace_host(src, "slow_path")
+        assert host.namespace is not None
+        address = self.host(dst).address
+        tc = ["tc", "-n", host.namespace]
+        tbf = ["tbf", "rate", rate, "burst", burst, "latency", latency]
+        match = ["protocol", "ip", "prio", "1", "u32", "match", "ip", "dst", f"{address}/32", "flowid", "1:1"]
+        for argv in (
+            [*tc, "qdisc", "replace", "dev", "eth0", "root", "handle", "1:", "htb"],
+            [*tc, "class", "replace", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", rate],
+            [*tc, "qdisc", "replace", "dev", "eth0", "parent", "1:1", "handle", "10:", *tbf],
+            [*tc, "filter", "replace", "dev", "eth0", "parent", "1:", *match],
+        ):
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"{shlex.join(argv)} failed: {done.stderr.strip()}")
+
     def clear_link(self, name: str) -> None:
         """Removes what slow_link added (no-op on a link without it)."""
         host = self._namespace_host(name, "clear_link")

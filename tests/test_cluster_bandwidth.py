@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from nodeagent.cluster.inventory.load import HostSpec, load_inventory
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.render.bandwidth import render_bandwidth
-from tests import sshcluster
+from tests import sshcluster, straggler
 from tests.sshcluster import ClusterFactory
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
@@ -416,3 +417,24 @@ def test_measure_gives_a_dead_hosts_links_its_error_and_measures_the_rest(
     else:  # h2 -> h3 also says that h2 has no ping: two errors, a finding each
         assert sorted(f.subject for f in unreachable) == ["h2 -> h3", "h3 -> h4"]
     assert report.status() is Status.UNKNOWN
+
+
+@needs_iperf3
+def test_check_flags_the_one_slowed_link_of_six_hosts_by_its_ratio_to_the_median(
+    ssh_cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """No --min-gbits: the fleet's own median is the only reference (tests/perf/bandwidth_straggler.py
+    repeats this run, alone and with the CPUs loaded)."""
+    cluster = ssh_cluster_factory(straggler.HOSTS, loopback=False)
+    straggler.slow_one_link(cluster)
+    run = straggler.check_bandwidth(cluster.write_inventory(tmp_path / "hosts.yml"))
+    assert run.errors == {}, run
+    rates = {label: rate for label, rate in run.rates.items() if rate is not None}
+    assert len(rates) == straggler.HOSTS, run
+    median = statistics.median(rates.values())
+    assert rates[straggler.SLOW_LINK] < SLOW_LIMIT_GBITS < 0.1 * median, run  # a tenth: FAIL
+    # Only h3's sending side is limited: its in-link and h4's out-link are as fast as the rest, so
+    # the link is named, not a host.
+    assert all(rate >= 0.5 * median for label, rate in rates.items() if label != straggler.SLOW_LINK), run
+    assert run.flagged == {straggler.SLOW_LINK: "FAIL"}, run
+    assert run.returncode == 2
