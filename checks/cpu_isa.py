@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, NoParams
+from nodeagent.api.check import Area, Check, NoParams
 from nodeagent.checks import threads
 from nodeagent.checks.threads import Proc
 from nodeagent.core.finding import Finding, Status
@@ -293,6 +293,7 @@ def evaluate(f: Facts, p: NoParams) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="CPU instruction sets for oneDNN",
+    area=Area.CPU,
     tags=("cpu",),
     collect=collect,
     evaluate=evaluate,

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cpufreq, system
@@ -570,6 +570,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="C-states and frequency",
+    area=Area.CPU,
     tags=("preflight", "cpu"),
     collect=collect,
     evaluate=evaluate,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.api.check import Check, NoParams
+from nodeagent.api.check import Area, Check, NoParams
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import dcgm
 from nodeagent.facts.dcgm import DiagResult, DiagRun
@@ -150,6 +150,7 @@ def evaluate(f: Facts, _: NoParams) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="DCGM level-1 diagnostic",
+    area=Area.GPU,
     tags=("gpu", "diagnostic"),
     collect=collect,
     evaluate=evaluate,

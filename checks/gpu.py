@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import gpu_report, gpus, nvidia_smi, nvml, pci
 from nodeagent.facts.gpu_report import GpuHealth, GpuReport, MigInstance
@@ -791,6 +791,7 @@ def _healthy(r: GpuReport, healthy: list[GpuHealth], in_mig_mode: int) -> Findin
 CHECK = Check(
     id=ID,
     title="GPU health",
+    area=Area.GPU,
     tags=("preflight", "gpu"),
     collect=collect,
     evaluate=evaluate,

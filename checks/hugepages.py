@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import memory, topology
 from nodeagent.facts.memory import HUGE_DIR, NODE_DIR, THP_DIR, HugePagePool
@@ -448,6 +448,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="Huge pages",
+    area=Area.MEMORY,
     tags=("preflight", "memory"),
     collect=collect,
     evaluate=evaluate,

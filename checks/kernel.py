@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.facts import limits as limits_facts
@@ -543,6 +543,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="Kernel settings",
+    area=Area.KERNEL,
     tags=("preflight", "kernel"),
     collect=collect,
     evaluate=evaluate,

@@ -16,7 +16,7 @@ import fnmatch
 import re
 from dataclasses import dataclass, field, replace
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status, not_recorded, unparsable
 from nodeagent.facts import gpus, network, pci, topology
@@ -527,6 +527,7 @@ def _required_missing(f: Facts, p: Params, names: list[str]) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="Network interfaces",
+    area=Area.NETWORK,
     tags=("preflight", "network"),
     collect=collect,
     evaluate=evaluate,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status, unparsable
 from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import system, topology
@@ -304,6 +304,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="NUMA layout and balance",
+    area=Area.MEMORY,
     tags=("preflight", "cpu", "memory"),
     collect=collect,
     evaluate=evaluate,

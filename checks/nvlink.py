@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.checks import gpu
 from nodeagent.core.finding import Finding, Status
 from nodeagent.core.parse import format_cpulist
@@ -311,6 +311,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="NVLink",
+    area=Area.GPU,
     tags=("gpu",),
     collect=collect,
     evaluate=evaluate,

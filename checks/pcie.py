@@ -27,7 +27,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status, not_recorded
 from nodeagent.facts import gpus, network, nvidia_smi, nvml, pci, system
@@ -954,6 +954,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="PCIe links",
+    area=Area.PCIE,
     tags=("preflight", "pcie"),
     collect=collect,
     evaluate=evaluate,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status, not_recorded, unparsable
 from nodeagent.facts import network
 from nodeagent.facts.network import IB_DIR, RdmaPort
@@ -443,6 +443,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="RDMA ports",
+    area=Area.NETWORK,
     tags=("preflight", "network"),
     collect=collect,
     evaluate=evaluate,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core import parse
 from nodeagent.core.finding import Finding, Status
 from nodeagent.core.parse import format_cpulist
@@ -642,6 +642,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="Thread pools",
+    area=Area.KERNEL,
     tags=("preflight", "cpu"),
     collect=collect,
     evaluate=evaluate,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status
 from nodeagent.core.parse import format_cpulist
 from nodeagent.facts import cgroup, gpus, pci, pci_topology
@@ -472,6 +472,7 @@ def evaluate(f: Facts, p: Params) -> list[Finding]:
 CHECK = Check(
     id=ID,
     title="GPU/NIC/NUMA topology",
+    area=Area.PCIE,
     tags=("gpu", "network", "pcie"),
     collect=collect,
     evaluate=evaluate,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nodeagent.api.check import Check, param
+from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import kmsg, pci
 from nodeagent.facts.kmsg import KernelLog, Record, XidEvent
@@ -398,6 +398,7 @@ def _gone(log: KernelLog, e: kmsg.Enumerated) -> Finding:
 CHECK = Check(
     id=ID,
     title="Xid errors and GPUs lost from the bus (kernel log)",
+    area=Area.GPU,
     tags=("preflight", "gpu"),
     collect=collect,
     evaluate=evaluate,

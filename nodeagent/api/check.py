@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from nodeagent.core.errors import UsageError
@@ -20,6 +21,24 @@ def param(default: Any, why: str) -> Any:
     return field(default=default, metadata={"why": why})
 
 
+class Area(str, Enum):
+    """The part of the node a check speaks for. The TUI's Overview has a row per area, in this order,
+    and its Checks screen filters by them. A fixed vocabulary, so that two checks about the same part
+    share a row instead of each naming it in its own words.
+
+    OTHER is where a check that declares no area goes (a plug-in written before areas): it is listed
+    and its findings are shown like any other's, never left out.
+    """
+
+    CPU = "CPU and power"
+    MEMORY = "NUMA and memory"
+    PCIE = "PCIe and topology"
+    GPU = "GPUs and NVLink"
+    NETWORK = "NICs and RDMA"
+    KERNEL = "Kernel and threads"
+    OTHER = "Other"
+
+
 @dataclass(frozen=True)
 class NoParams:
     """For checks that have no thresholds."""
@@ -31,7 +50,10 @@ class Check(Generic[F, P]):
 
     `collect(host)` does all the I/O and returns facts; `evaluate(facts, params)` is pure and
     returns findings, so it is tested on hand-built facts and re-run without touching the machine.
-    `paths` and `commands` are what `nodeagent snapshot` records for this check.
+    `paths` and `commands` are what `nodeagent snapshot` records for this check. `title` is its
+    one-line description and `area` the part of the node it speaks for: every list of checks (the
+    TUI's Overview and area filter, `nodeagent checks`) is derived from these, so a check declares
+    them here and nowhere else.
     """
 
     id: str
@@ -42,6 +64,17 @@ class Check(Generic[F, P]):
     params: type[P]
     paths: tuple[str, ...] = ()
     commands: tuple[tuple[str, ...], ...] = ()
+    area: Area = Area.OTHER
+
+    def __post_init__(self) -> None:
+        # A plug-in may name its area by the text ("GPUs and NVLink"): held as the Area, and a name
+        # outside the vocabulary fails when the plug-in loads rather than making a row of its own.
+        try:
+            area = Area(self.area)
+        except ValueError:
+            known = ", ".join(repr(a.value) for a in Area)
+            raise ValueError(f"check {self.id}: area {self.area!r} is not one of {known}") from None
+        object.__setattr__(self, "area", area)
 
     def make_params(self, overrides: Mapping[str, Any] | None = None) -> P:
         """Default parameters with `overrides` applied; an unknown or ill-typed name is a UsageError."""
