@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,19 +16,51 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
+from nodeagent import checks
+from nodeagent.api.check import Area
+from nodeagent.core.finding import Finding, Status
+from nodeagent.engine import CheckResult
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend
+from nodeagent.tui.screens.areas import area_status, by_area
 from tests.helpers import modules_loaded_by
+from tests.plugin_checks import plugin_check, register
 from tests.tmux_session import TmuxSession, tmux_missing
 from tests.tui_driver import drive, notifications, settle, text_of
-from tests.tui_fakes import CHECK_IDS, FakeBackend
+from tests.tui_fakes import CHECK_IDS, FINDINGS, FakeBackend
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+
+
+# An Xid 79 as the xid check reports it: the GPU fell off the bus (NVIDIA's catalogue: RESTART_BM).
+XID_FAIL = Finding(
+    "xid",
+    Status.FAIL,
+    "Xid 79 (GPU has fallen off the bus) x1",
+    {"dmesg -r": "NVRM: Xid (PCI:0000:07:00): 79, pid=1234, GPU has fallen off the bus."},
+    subject="0000:07:00.0",
+)
+PROBE_FAIL = Finding("probe", Status.FAIL, "the plug-in's probe failed")
 
 
 def table_rows(app: NodeAgentApp) -> list[list[str]]:
     table: DataTable[Any] = app.screen.query_one("#findings", DataTable)
     return [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+
+
+def area_rows(app: NodeAgentApp) -> dict[str, tuple[str, list[str]]]:
+    """The Overview's table of areas: area -> (its status, the ids of its checks)."""
+    rows = {}
+    for line in text_of(app, "#areas").splitlines():
+        cells = re.split(r"\s{2,}", line.strip())
+        if len(cells) == 3 and cells[0] != "area":  # not the title nor the header
+            rows[cells[0]] = (cells[1], cells[2].split(", "))
+    return rows
+
+
+def registered_areas() -> dict[str, str]:
+    """Check id -> area name, as the registry's checks declare them."""
+    return {c.id: c.area.value for c in checks.all_checks()}
 
 
 def test_findings_stream_in_as_checks_finish() -> None:
@@ -151,6 +184,90 @@ def test_overview_shows_the_node_and_the_worst_status_per_area() -> None:
         assert app.sub_title == "gpu-node-07"
 
     drive(app, steps)
+
+
+def test_overview_lists_every_registered_check_under_its_area() -> None:
+    app = make_app(FakeBackend(delay_s=0))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        shown = {cid: area for area, (_, ids) in area_rows(app).items() for cid in ids}
+        assert shown == registered_areas()
+        assert {"xid", "cpu-isa", "dcgm-diag"} <= set(shown)
+
+    drive(app, steps)
+
+
+def test_overview_lists_a_check_registered_at_run_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plug-in that names no area is under Other, with its FAIL; one that names an area is there."""
+    register(monkeypatch, plugin_check("probe", (PROBE_FAIL,)), plugin_check("gpu-probe", area=Area.GPU))
+    app = make_app(FakeBackend(delay_s=0, findings=FINDINGS | {"probe": [PROBE_FAIL]}))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        rows = area_rows(app)
+        shown = {cid: area for area, (_, ids) in rows.items() for cid in ids}
+        assert shown == registered_areas()
+        assert rows["Other"] == ("FAIL", ["probe"])
+        assert "gpu-probe" in rows["GPUs and NVLink"][1]
+
+    drive(app, steps)
+
+
+def test_an_xid_fail_shows_as_fail_in_its_area() -> None:
+    app = make_app(FakeBackend(delay_s=0, findings=FINDINGS | {"xid": [XID_FAIL]}))
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        area = registered_areas()["xid"]
+        assert area == Area.GPU.value
+        status, ids = area_rows(app)[area]
+        assert "xid" in ids and status == "FAIL"  # its other checks are SKIPPED: the Xid decides
+
+    drive(app, steps)
+
+
+def test_an_area_waits_for_its_running_checks_not_for_those_the_run_leaves_out() -> None:
+    results = {"gpu": CheckResult("gpu", "GPU health", [Finding("gpu", Status.WARN, "hot")], 0.1)}
+    assert area_status(results, set(), ("gpu", "dcgm-diag")) is Status.WARN  # dcgm-diag: on demand
+    assert area_status(results, {"xid"}, ("gpu", "xid")) is None
+    assert area_status({}, set(), ("gpu",)) is None  # nothing has run yet
+
+
+def test_results_of_no_registered_check_are_under_other() -> None:
+    """A playbook's thresholds and a baseline's differences come as results of their own ids."""
+    listed = checks.all_checks()
+    grouped = by_area(listed, ["playbook", "gpu", "baseline"])
+    assert grouped["Other"] == ("baseline", "playbook")
+    assert sorted(i for ids in grouped.values() for i in ids) == sorted(
+        [c.id for c in listed] + ["baseline", "playbook"]
+    )
+
+
+def test_the_area_filter_cycles_through_the_registrys_areas(monkeypatch: pytest.MonkeyPatch) -> None:
+    register(monkeypatch, plugin_check("probe", (PROBE_FAIL,)))
+    backend = FakeBackend(delay_s=0, findings=FINDINGS | {"xid": [XID_FAIL], "probe": [PROBE_FAIL]})
+    app = make_app(backend, start="checks")
+    declared = registered_areas()
+    expected = [a.value for a in Area if a.value in declared.values()]
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        cycled = []
+        for _ in range(len(Area) + 1):
+            await pilot.press("a")
+            await pilot.pause()
+            area = re.search(r"filter: all, (.+?);", text_of(app, "#checks-state"))
+            assert area is not None
+            if area[1] == "all areas":
+                break
+            cycled.append(area[1])
+            shown = {row[1] for row in table_rows(app)}
+            assert shown == {cid for cid, a in declared.items() if a == area[1] and backend.findings.get(cid)}
+        assert cycled == expected
+        assert "Other" in cycled and "GPUs and NVLink" in cycled
+
+    drive(app, steps, size=(120, 40))
 
 
 def test_every_screen_opens_with_its_key_at_80x24() -> None:

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nodeagent import checks as check_registry
 from nodeagent.api.check import Check
 from nodeagent.api.tune import Change, Plan, Scope, Write
 from nodeagent.bench import ab, stats
 from nodeagent.bench import verify as verifying
 from nodeagent.bench.paired import Estimate
 from nodeagent.bench.run import QUICK, BenchResult, Bound, ConfigResult, Progress
-from nodeagent.checks import BUILTIN
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE, HostError
@@ -37,7 +37,8 @@ from nodeagent.tuning.apply import ApplyResult
 from nodeagent.tuning.history import Record
 from nodeagent.tuning.journal import Journal
 
-CHECK_IDS = BUILTIN
+# The ids a plain run has: the registry's, less the on-demand ones (what `nodeagent check` runs).
+CHECK_IDS = tuple(c.id for c in check_registry.select())
 PROFILE_PATH = Path("/var/lib/nodeagent/profiles/default.json")  # shown only: the fake writes no file
 HISTORY_PATH = Path("/var/lib/nodeagent/history.jsonl")  # shown only: the fake's history is a list
 
@@ -316,12 +317,15 @@ def fleet_report(on_done: Callable[[HostOutcome], None], delay_s: float) -> Flee
 
 @dataclass
 class FakeBackend:
-    """`delay_s` between checks (findings stream in), `fail_checks` makes the check run raise."""
+    """`delay_s` between checks (findings stream in), `fail_checks` makes the check run raise.
+    A plain run runs the registry's default selection, asked when it starts (so a check a test adds
+    to the registry runs too), each check giving its `findings` (none when not listed there)."""
 
     delay_s: float = 0.05
     read_only: str | None = None
     cluster: str | None = "hosts.yml"
     fail_checks: bool = False
+    findings: dict[str, list[Finding]] = field(default_factory=lambda: FINDINGS)
     fail_bench: str | None = None
     applied: list[list[Plan]] = field(default_factory=list)
     reverted: list[str] = field(default_factory=list)
@@ -350,18 +354,16 @@ class FakeBackend:
         return FACTS
 
     def checks(self) -> Sequence[Check[Any, Any]]:
-        from nodeagent import checks
-
-        return checks.all_checks()
+        return check_registry.select()  # as LocalBackend's without a playbook
 
     def run_checks(self, only: Sequence[str] = ()) -> Iterator[CheckResult]:
         if self.fail_checks:
             raise RuntimeError("the node's /sys is not mounted")
-        for i, cid in enumerate(only or CHECK_IDS):
+        for i, cid in enumerate(only or [c.id for c in check_registry.select()]):
             if self.gate is not None and i == 3:
                 self.gate.wait(10)
             time.sleep(self.delay_s)
-            yield CheckResult(cid, cid, FINDINGS.get(cid, []), self.delay_s)
+            yield CheckResult(cid, cid, self.findings.get(cid, []), self.delay_s)
 
     def plans(self) -> list[Plan]:
         return plans()

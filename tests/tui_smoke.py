@@ -15,7 +15,7 @@ from pathlib import Path
 import nodeagent
 from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.backend import LocalBackend
-from nodeagent.tui.screens.areas import AREAS
+from nodeagent.tui.screens.areas import by_area, registered
 
 # What the Overview shows once it has painted: the status table's heading and the footer's keys.
 PAINTED = ("status by area", "1 Node", "q Quit")
@@ -48,7 +48,7 @@ async def run(root: str) -> str:
         if missing:
             raise AssertionError(f"the Overview does not show {missing}:\n{text}")
         rows = {line.strip().split("  ")[0]: line for line in text.splitlines() if line.strip()}
-        for area in AREAS:
+        for area in by_area(registered()):  # every area of the installed checks
             if area not in rows or not any(s in rows[area].split() for s in STATUSES):
                 raise AssertionError(
                     f"the Overview shows no status for {area!r} after the checks ran:\n{text}"

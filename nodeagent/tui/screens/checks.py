@@ -3,6 +3,7 @@ finding's evidence, expected value, remediation and the tuner that fixes it; re-
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
@@ -14,7 +15,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.literal import lit, lits
-from nodeagent.tui.screens.areas import AREAS, area_of
+from nodeagent.tui.screens import areas
 from nodeagent.tui.widgets.status import status_text
 
 if TYPE_CHECKING:
@@ -87,9 +88,18 @@ class ChecksScreen(Screen[None]):
     def results_changed(self, message: Any) -> None:
         self.rebuild()
 
-    def _visible(self, f: Finding) -> bool:
-        in_area = self.area == ALL_AREAS or area_of(f.check_id) == self.area
-        return in_area and f.status in FILTERS[self.filter]
+    def _areas(self) -> dict[str, tuple[str, ...]]:
+        """Area name -> check ids, of the registered checks and of the results of unregistered ones."""
+        app: Any = self.app
+        try:
+            listed = areas.registered()
+        except Exception:  # a broken plug-in, which the run of the checks has reported: all is Other
+            listed = ()
+        return areas.by_area(listed, app.results)
+
+    def _visible(self, f: Finding, in_area: Collection[str] | None) -> bool:
+        """Whether `f` passes the status filter and is of a check in `in_area` (None: any area)."""
+        return (in_area is None or f.check_id in in_area) and f.status in FILTERS[self.filter]
 
     def rebuild(self) -> None:
         """Rows from the app's results, worst first; the cursor stays on the finding it was on."""
@@ -100,7 +110,9 @@ class ChecksScreen(Screen[None]):
         self.rows = {}
         findings = [f for r in app.results.values() for f in r.findings]
         findings.sort(key=lambda f: (WORST_FIRST.index(f.status), f.check_id, f.subject))
-        for i, f in enumerate(x for x in findings if self._visible(x)):
+        # The registry is asked only once an area is chosen, so the screen paints before it loads.
+        in_area = None if self.area == ALL_AREAS else self._areas().get(self.area, ())
+        for i, f in enumerate(x for x in findings if self._visible(x, in_area)):
             key = f"{i}:{f.check_id}:{f.subject}"
             self.rows[key] = f
             table.add_row(status_text(f.status), *lits(f.check_id, f.subject, f.summary), key=key)
@@ -142,7 +154,8 @@ class ChecksScreen(Screen[None]):
         self.rebuild()
 
     def action_cycle_area(self) -> None:
-        names = [ALL_AREAS, *AREAS]
+        """The next area of the registered checks (Other too, when a result is of no registered check)."""
+        names = [ALL_AREAS, *self._areas()]
         self.area = names[(names.index(self.area) + 1) % len(names)]
         self.rebuild()
 

@@ -3,7 +3,7 @@ kernel, BIOS) and the worst status of each area as the checks finish."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -16,8 +16,11 @@ from textual.widgets import Footer, Header, Static
 from nodeagent.core.parse import format_cpulist
 from nodeagent.render.literal import lit, lits
 from nodeagent.tui import messages
-from nodeagent.tui.screens.areas import AREAS, area_status
+from nodeagent.tui.screens import areas
 from nodeagent.tui.widgets.status import status_text
+
+if TYPE_CHECKING:
+    from nodeagent.api.check import Check
 
 
 def node_table(facts: dict[str, Any]) -> Table:
@@ -76,6 +79,11 @@ class OverviewScreen(Screen[None]):
         Binding("r", "reload", "Reload"),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: tuple[Check[Any, Any], ...] | None = None  # the registry's checks, once loaded
+        self.unloadable: str | None = None  # why the registry could not be loaded
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text("reading the node...", style="dim"), id="node")
@@ -84,6 +92,7 @@ class OverviewScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.load_facts()
+        self.load_checks()
         self.render_areas()
 
     def on_screen_resume(self) -> None:
@@ -103,6 +112,25 @@ class OverviewScreen(Screen[None]):
             return
         self.post_message(messages.FactsLoaded(facts))
 
+    @work(thread=True, exclusive=True, group="registry")
+    def load_checks(self) -> None:
+        """The registered checks, whose areas are the table's rows: loading them imports every check
+        module, off the event loop so that the node's facts paint meanwhile."""
+        try:
+            listed = areas.registered()
+        except Exception as e:  # a broken plug-in; the run of the checks fails on it too, and says so
+            self.app.call_from_thread(self._checks_unloadable, str(e))
+            return
+        self.app.call_from_thread(self._checks_loaded, listed)
+
+    def _checks_loaded(self, listed: tuple[Check[Any, Any], ...]) -> None:
+        self.listed = listed
+        self.render_areas()
+
+    def _checks_unloadable(self, error: str) -> None:
+        self.unloadable = error
+        self.render_areas()
+
     def on_facts_loaded(self, message: messages.FactsLoaded) -> None:
         try:
             table = node_table(message.facts)
@@ -119,11 +147,18 @@ class OverviewScreen(Screen[None]):
         self.render_areas()
 
     def render_areas(self) -> None:
+        """A row per area of the registered checks (and Other for results of no registered check)."""
+        if self.listed is None:
+            waiting = Text("reading the checks...", style="dim")
+            failed = self.unloadable and lit(f"loading the checks: {self.unloadable}", style="red")
+            self.query_one("#areas", Static).update(failed or waiting)
+            return
         app: Any = self.app
         table = Table(title="status by area", title_justify="left", expand=True, box=None)
         table.add_column("area", no_wrap=True)
         table.add_column("status", no_wrap=True, min_width=7)
         table.add_column("checks", ratio=1)
-        for area, ids in AREAS.items():
-            table.add_row(lit(area), status_text(area_status(app.results, area)), lit(", ".join(ids)))
+        for area, ids in areas.by_area(self.listed, app.results).items():
+            status = areas.area_status(app.results, app.running, ids)
+            table.add_row(lit(area), status_text(status), lit(", ".join(ids)))
         self.query_one("#areas", Static).update(table)
