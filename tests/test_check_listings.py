@@ -1,15 +1,25 @@
 """A check's area has one home, its CHECK (nodeagent.api.check): every check nodeagent ships
-declares one, and a plug-in that declares none is under Other."""
+declares one, a plug-in that declares none is under Other, and the lists of checks outside the TUI
+are held to the registry here (README.md's table of checks, `nodeagent checks`; the TUI's are in
+test_tui.py), failing with the check that is missing, extra or in another area."""
 
 from __future__ import annotations
 
+import itertools
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from nodeagent import checks
 from nodeagent.api.check import Area, Check
-from tests.plugin_checks import plugin_check
+from nodeagent.cli.main import cli
+from tests.helpers import REPO
+from tests.plugin_checks import plugin_check, register
+
+README = REPO / "README.md"
 
 
 def shipped_checks() -> list[Check[Any, Any]]:
@@ -18,6 +28,30 @@ def shipped_checks() -> list[Check[Any, Any]]:
     # Module names are the ids with "_" for "-" (test_registry holds this).
     ids = {name.replace("_", "-") for name in (*checks.BUILTIN, *checks.ON_DEMAND)}
     return [c for c in checks.all_checks() if c.id in ids]
+
+
+def readme_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the first table under `## Checks`, as {column name: cell}, backticks stripped."""
+    section = text.split("\n## Checks\n", 1)[1].splitlines()
+    table = itertools.dropwhile(lambda line: not line.startswith("|"), section)
+    lines = list(itertools.takewhile(lambda line: line.startswith("|"), table))
+    cells = [[c.strip().strip("`") for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
+    header, _rule, *body = cells
+    return [dict(zip(header, row, strict=True)) for row in body]
+
+
+def readme_drift(rows: Sequence[Mapping[str, str]], registered: Sequence[Check[Any, Any]]) -> list[str]:
+    """What README.md's table of checks says that the registry does not, one line each."""
+    areas = {row["id"]: row["area"] for row in rows}
+    problems = [f"README.md lists {i!r} twice" for i in sorted(areas) if [r["id"] for r in rows].count(i) > 1]
+    for c in registered:
+        if c.id not in areas:
+            problems.append(f"README.md's table of checks has no row for {c.id!r} (area {c.area.value!r})")
+        elif areas[c.id] != c.area.value:
+            problems.append(f"README.md puts {c.id!r} in {areas[c.id]!r}; its CHECK in {c.area.value!r}")
+    known = {c.id for c in registered}
+    problems += [f"README.md lists {i!r}, which no registered check has" for i in sorted(set(areas) - known)]
+    return problems
 
 
 def test_every_shipped_check_declares_an_area() -> None:
@@ -36,3 +70,48 @@ def test_an_area_outside_the_vocabulary_is_refused_naming_the_check() -> None:
     wrong: Any = "Storage"
     with pytest.raises(ValueError, match=r"check probe: area 'Storage' is not one of 'CPU and power', "):
         plugin_check("probe", area=wrong)
+
+
+def test_the_readme_table_of_checks_is_the_registry() -> None:
+    problems = readme_drift(readme_rows(README.read_text()), shipped_checks())
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_drift_names_the_missing_the_extra_and_the_misplaced_check() -> None:
+    rows = readme_rows(README.read_text())
+    shipped = shipped_checks()
+    probe = plugin_check("probe", area=Area.GPU)
+    assert readme_drift(rows, [*shipped, probe]) == [
+        "README.md's table of checks has no row for 'probe' (area 'GPUs and NVLink')"
+    ]
+    assert readme_drift(rows, [c for c in shipped if c.id != "xid"]) == [
+        "README.md lists 'xid', which no registered check has"
+    ]
+    moved = [dict(r, area="Other") if r["id"] == "xid" else r for r in rows]
+    assert readme_drift(moved, shipped) == ["README.md puts 'xid' in 'Other'; its CHECK in 'GPUs and NVLink'"]
+    assert readme_drift([*rows, rows[0]], shipped) == [f"README.md lists {rows[0]['id']!r} twice"]
+
+
+def listed_by_cli() -> dict[str, str]:
+    """`nodeagent checks`'s table as {id: area}, printed wide enough that no cell wraps."""
+    result = CliRunner().invoke(cli, ["checks"], env={"COLUMNS": "250"}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    (header,) = [[c.strip() for c in line.split("┃")[1:-1]] for line in lines if line.startswith("┃")]
+    rows = [
+        dict(zip(header, (c.strip() for c in line.split("│")[1:-1]), strict=True))
+        for line in lines
+        if line.startswith("│")
+    ]
+    return {row["id"]: row["area"] for row in rows}
+
+
+def test_nodeagent_checks_lists_every_registered_check_with_its_area() -> None:
+    assert listed_by_cli() == {c.id: c.area.value for c in checks.all_checks()}
+
+
+def test_nodeagent_checks_lists_a_check_registered_at_run_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    register(monkeypatch, plugin_check("probe"), plugin_check("gpu-probe", area=Area.GPU))
+    listed = listed_by_cli()
+    assert listed["probe"] == "Other" and listed["gpu-probe"] == "GPUs and NVLink"
+    assert listed == {c.id: c.area.value for c in checks.all_checks()}

@@ -250,7 +250,7 @@ def facts(root: str | None, hostname: str | None, fmt: str, timeout: float) -> N
 @cli.command("checks")
 @click.option("--params", "show_params", is_flag=True, help="Also list each check's parameters and defaults.")
 def list_checks(show_params: bool) -> None:
-    """List the available checks with their tags (and thresholds with --params)."""
+    """List the available checks with their areas and tags (and thresholds with --params)."""
     import dataclasses
 
     from rich.table import Table
@@ -262,10 +262,10 @@ def list_checks(show_params: bool) -> None:
     out = console()
     if not show_params:
         t = Table(show_header=True)
-        for col in ("id", "title", "tags"):
+        for col in ("id", "title", "area", "tags"):
             t.add_column(col)
         for c in checks.all_checks():
-            t.add_row(c.id, c.title, ",".join(c.tags))
+            t.add_row(c.id, c.title, c.area.value, ",".join(c.tags))
         out.print(t)
         return
     for c in checks.all_checks():
