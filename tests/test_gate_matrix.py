@@ -9,7 +9,8 @@ What the rows hold, each from the issue that asked for it:
 - a GPU lost against a baseline of the intact node is refused under every shipped playbook;
 - a recording holding only `nvidia-smi -q -x` has no FAIL under gpu-training (unrecorded is not
   absent), and nothing in it claims something is "not present";
-- a node against its own baseline (recorded under another name) has no finding from the baseline;
+- a node against its own baseline (recorded under another name) has no finding from the baseline,
+  and a recording that never held the HCAs is not a node whose HCAs are gone;
 - two disabled IB ports are exactly two findings, the rdma check's about each port;
 - a memlock limit below what gpu-training asks is one finding, the kernel check's;
 - a node that may run the job prints nothing with `--format slurm`.
@@ -111,6 +112,17 @@ def no_fail_and_nothing_absent(doc: Doc) -> None:
     assert "not recorded: /sys/class/infiniband" in text  # the rdma rule says why it cannot judge
 
 
+def unrecorded_is_not_gone(doc: Doc) -> None:
+    """The baseline had 12 HCA ports and /proc/self/limits; this recording never held either: one
+    UNKNOWN per place saying so, no HCA "gone", no FAIL."""
+    assert fails(doc) == []
+    gaps = {f["subject"]: (f["status"], f["summary"]) for f in of(doc, "baseline")}
+    assert set(gaps) == {"/sys/class/infiniband", "/proc/self"}, gaps
+    for place, (status, summary) in gaps.items():
+        assert status == "UNKNOWN" and summary.startswith(f"not recorded: {place}, so "), summary
+    assert "gone" not in json.dumps(of(doc, "baseline"))
+
+
 def nothing_from_the_baseline(doc: Doc) -> None:
     assert [f["status"] for f in of(doc, "baseline")] == ["OK"], of(doc, "baseline")
 
@@ -164,6 +176,7 @@ SCENARIOS = [
     Scenario("intact", "expect:{gpus: 4, rdma_hcas: 12, rdma_ports_active: 12}", None, 0, True),
     Scenario("xml-only", "gpu-training", None, 3, False, no_fail_and_nothing_absent),
     Scenario("xml-only", "gpu-training", "xml-only", 3, False, nothing_from_the_baseline),
+    Scenario("xml-only", "preflight", "intact", 3, False, unrecorded_is_not_gone),
     Scenario("two-ports-down", "gpu-training", "intact", 2, False, two_port_findings),
     Scenario("memlock-64k", "gpu-training", None, 2, False, one_memlock_finding),
 ]

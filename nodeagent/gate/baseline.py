@@ -290,12 +290,8 @@ def compare(
     now = comparable(values)
     gaps_now = _gaps(now)
     gaps_then = _gaps({k: e.value for k, e in ref.expected.items() if k.startswith(values_mod.UNRECORDED)})
-    gaps = (
-        _unrecorded(prefix, place, ref, host) for prefix, place in gaps_now.items() if prefix not in gaps_then
-    )
-    findings = [f for f in gaps if f is not None]
+    findings = _gap_findings(gaps_now, gaps_then, ref, host)
     unseen = {*gaps_now, *gaps_then}
-    both = ref.checks & _checks_in(now)
     changes = [c for c in _device_changes(ref.devices, _devices(now)) if not _under(unseen, c.section)]
     # A device gone is hardware lost (`devices`); one added is a change to look at, not a fault.
     findings += [_device_finding(c, devices if c.gone else Status.WARN, baseline, host) for c in changes]
@@ -303,46 +299,73 @@ def compare(
     for then, key in moved.items():
         if not _equal(key, ref.expected[then], now.get(key)):
             findings.append(_changed(key, now, ref.expected[then], devices, baseline, host))
-    compared = 0
+    compared = [k for k in sorted(set(ref.expected) | set(now)) if _compared(k, ref, now, unseen)]
     counts: list[Finding] = []
-    for key in sorted(set(ref.expected) | set(now)):
-        check = _CHECK_KEY.match(key)
-        if (check is not None and check.group(1) not in both) or key in ref.unsettled:
-            continue
-        if key.startswith(values_mod.UNRECORDED) or _under(unseen, _list_of(key)):
-            continue
-        compared += 1
+    for key in compared:
         if any(c.explains(key) for c in changes) or key in moved or key in moved.values():
             continue
-        expected = ref.expected.get(key)
-        found: Finding | None = None
-        if expected is None:
-            if now[key] is not None:  # a null value is an absent one, as in the fleet view
-                found = _new(key, now[key], baseline, host)
-        elif not _equal(key, expected, now.get(key)):
-            found = _changed(key, now, expected, devices, baseline, host)
+        found = _difference(key, ref.expected.get(key), now, devices, baseline, host)
         if found is not None:
             (counts if key.startswith(hardware.SECTION + ".") else findings).append(found)
     changed_lists = {_list_of(f.subject) for f in findings} | {c.section for c in changes}
     findings += [f for f in counts if _list_of(f.subject) not in changed_lists]
-    if findings:
-        return findings
+    return findings or [_all_as_before(len(compared), ref, baseline, host)]
+
+
+def _compared(key: str, ref: Reference, now: Mapping[str, Value], unseen: set[str]) -> bool:
+    """Whether a key is compared: a check's value only when the check ran then and now, never a key
+    without a majority in a fleet baseline, nor one under a place either side did not record."""
+    check = _CHECK_KEY.match(key)
+    if check is not None and check.group(1) not in ref.checks & _checks_in(now):
+        return False
+    if key in ref.unsettled or key.startswith(values_mod.UNRECORDED):
+        return False
+    return not _under(unseen, _place(key))
+
+
+def _difference(
+    key: str,
+    expected: Expected | None,
+    now: Mapping[str, Value],
+    devices: Status,
+    baseline: Baseline,
+    host: str,
+) -> Finding | None:
+    if expected is None:
+        # A null value is an absent one, as in the fleet view.
+        return _new(key, now[key], baseline, host) if now[key] is not None else None
+    if _equal(key, expected, now.get(key)):
+        return None
+    return _changed(key, now, expected, devices, baseline, host)
+
+
+def _all_as_before(compared: int, ref: Reference, baseline: Baseline, host: str) -> Finding:
     skipped = (
         f"; {len(ref.unsettled)} not compared (no majority, or on one baseline host only)"
         if ref.unsettled
         else ""
     )
-    return [
-        Finding(
-            CHECK_ID,
-            Status.OK,
-            f"{compared} values as in the baseline {baseline.describe()}{skipped}",
-            {"baseline": str(baseline.path)},
-            expected="every value as in the baseline",
-            subject="all",
-            host=host,
-        )
-    ]
+    return Finding(
+        CHECK_ID,
+        Status.OK,
+        f"{compared} values as in the baseline {baseline.describe()}{skipped}",
+        {"baseline": str(baseline.path)},
+        expected="every value as in the baseline",
+        subject="all",
+        host=host,
+    )
+
+
+def _gap_findings(
+    gaps_now: Mapping[str, str], gaps_then: Mapping[str, str], ref: Reference, host: str
+) -> list[Finding]:
+    """One UNKNOWN per place the node's recording did not hold and the baseline's did."""
+    by_place: dict[str, list[str]] = {}  # one place is the prefix of a fact and the root of evidence
+    for prefix, place in gaps_now.items():
+        if prefix not in gaps_then:
+            by_place.setdefault(place, []).append(prefix)
+    gaps = (_unrecorded(prefixes, place, ref, host) for place, prefixes in by_place.items())
+    return [f for f in gaps if f is not None]
 
 
 # The device list a key belongs to, for the places not recorded and the counts derived from lists.
@@ -359,6 +382,14 @@ def _list_of(key: str) -> str:
     return m.group(1) if m else key
 
 
+def _place(key: str) -> str:
+    """Where a key's value is read, as the facts' `unrecorded` names places: a check's evidence by
+    its path ("/proc/self/limits soft"), a fact by its part of the document (`_list_of`)."""
+    if key.startswith("check.") and "./" in key:
+        return key[key.index("./") + 1 :]
+    return _list_of(key)
+
+
 def _gaps(values: Mapping[str, Value]) -> dict[str, str]:
     """Value key prefix -> place, for the places a recording did not hold (values.UNRECORDED)."""
     n = len(values_mod.UNRECORDED)
@@ -369,13 +400,15 @@ def _under(prefixes: set[str], key: str) -> bool:
     return any(key.startswith(p) for p in prefixes)
 
 
-def _unrecorded(prefix: str, place: str, ref: Reference, host: str) -> Finding | None:
+def _unrecorded(prefixes: list[str], place: str, ref: Reference, host: str) -> Finding | None:
     """UNKNOWN for a place the node's recording did not hold where the baseline has values: they
     cannot be compared, and nothing is claimed gone. None where the baseline has none there either."""
     theirs = sorted(
         k
         for k, e in ref.expected.items()
-        if e.value is not None and not k.startswith(values_mod.UNRECORDED) and _list_of(k).startswith(prefix)
+        if e.value is not None
+        and not k.startswith(values_mod.UNRECORDED)
+        and _under(set(prefixes), _place(k))
     )
     if not theirs:
         return None
