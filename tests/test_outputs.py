@@ -494,6 +494,10 @@ def test_html_is_self_contained_and_escaped(vm_doc: dict[str, Any]) -> None:
 
 
 def assert_one_safe_line(reason: str, max_len: int) -> None:
+    """The reason of a refused node: one line, Slurm-safe characters only (or none at all: the node
+    may run the job)."""
+    if reason == "":
+        return
     assert "\n" not in reason and len(reason) <= max_len, reason
     assert set(reason) <= ALLOWED, set(reason) - ALLOWED
     assert reason.startswith("nodeagent")
@@ -501,16 +505,20 @@ def assert_one_safe_line(reason: str, max_len: int) -> None:
 
 def test_slurm_reason_when_all_is_well() -> None:
     ok = one_check_doc(finding("numa", Status.OK, "1 node"))
-    assert slurm_reason(ok) == "nodeagent: OK"
-    assert slurm_reason(ok | {"playbook": "preflight"}) == "nodeagent: OK (playbook preflight)"
+    assert slurm_reason(ok) == ""  # the node may run the job: no reason to drain it
+    assert slurm_reason(ok | {"playbook": "preflight"}) == ""
 
 
 def test_slurm_reason_of_a_recorded_node(vm_doc: dict[str, Any]) -> None:
-    reason = slurm_reason(vm_doc)
+    # The recorded VM has WARNs only: without a verdict that refuses at WARN, nothing to say.
+    assert slurm_reason(vm_doc) == ""
+    refused = vm_doc | {"verdict": {"allowed": False, "fail_on": "warn", "reason": "WARN"}}
+    reason = slurm_reason(refused)
     assert_one_safe_line(reason, 120)
-    # The subjects first (sinfo -R shows 20 characters), then the status.
-    assert reason.startswith("nodeagent: kernel/memlock,kernel/nofile,threads/")
-    assert reason.endswith(" WARN") or " WARN: " in reason
+    # The first subject (sinfo -R shows 20 characters), its status and summary, then the count.
+    assert reason.startswith("nodeagent: kernel/memlock WARN: memlock limited (soft 8 MiB, hard 8 MiB)")
+    warned = {(f["check_id"], f["subject"]) for f in vm_doc["findings"] if f["status"] == "WARN"}
+    assert reason.endswith(f" +{len(warned) - 1} more")
 
 
 def test_slurm_reason_of_a_refused_preflight() -> None:
@@ -519,7 +527,11 @@ def test_slurm_reason_of_a_refused_preflight() -> None:
     reason = slurm_reason(doc)
     assert_one_safe_line(reason, 120)
     # The FAIL alone (its quotes and <&> dropped): not the check cut at the budget, UNKNOWN or WARN
-    assert reason == "nodeagent: hugepages/thp FAIL: transparent huge pages never (playbook preflight)"
+    # then the three others that refuse it at --fail-on warn: gpu (UNKNOWN), nvlink (cut), kernel/memlock.
+    assert reason == (
+        "nodeagent: hugepages/thp FAIL: transparent huge pages never: TF allocations fall back to 4 KiB "
+        "pages +3 more"
+    )
     for max_len in range(40, 200, 7):
         short = slurm_reason(doc, max_len)
         assert_one_safe_line(short, max_len)
@@ -529,8 +541,9 @@ def test_slurm_reason_of_a_refused_preflight() -> None:
 def test_slurm_lines_of_a_fleet(vm_doc: dict[str, Any]) -> None:
     doc = fleet_doc(vm_doc)
     lines = slurm_lines(doc).splitlines()
-    assert [line.split(" ", 1)[0] for line in lines] == ["n1", "n2", "n3"]
-    assert lines[2].startswith("n3 nodeagent: no result (unreachable) FAIL")
+    # n1 and n2 ran and have only WARNs: no line; n3 gave no result.
+    assert [line.split(" ", 1)[0] for line in lines] == ["n3"]
+    assert lines[0] == "n3 nodeagent: no result (unreachable) FAIL: no answer from 10.0.0.3:22"
     with pytest.raises(ValueError, match="slurm_lines"):
         slurm_reason(doc)
     with pytest.raises(ValueError, match="at least"):

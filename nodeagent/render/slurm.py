@@ -60,7 +60,8 @@ def clean(text: str) -> str:
     """`text` with only ALLOWED characters, on one line, spaces collapsed."""
     decomposed = unicodedata.normalize("NFKD", text.replace(";", ","))
     kept = "".join(c if c in ALLOWED else (" " if not unicodedata.combining(c) else "") for c in decomposed)
-    return " ".join(kept.split())
+    # A dropped character before a colon or comma ('"never" <&>: ...') leaves no space before it.
+    return re.sub(r" (?=[:,])", "", " ".join(kept.split()))
 
 
 def slurm_reason(doc: Mapping[str, Any] | Document, max_len: int = DEFAULT_MAX_LEN) -> str:
