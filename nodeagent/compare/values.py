@@ -141,7 +141,13 @@ _NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\s\d()]*
 # did not hold) flattens to "unrecorded.<prefix>"; the hardware counts are read from the device lists.
 UNRECORDED = "unrecorded."
 NOT_RECORDED = "not recorded"  # how a check's evidence says it (nodeagent.core.finding.not_recorded)
-_COUNTED_FROM = (("hardware.gpu", "gpus"), ("hardware.rdma_", "rdma"))
+COUNTED_FROM = (("hardware.gpu", "gpus"), ("hardware.rdma_", "rdma"))
+
+
+def evidence_place(key: str) -> str:
+    """The path a check's value was read at ("check.kernel.memlock./proc/self/limits soft" ->
+    "/proc/self/limits soft"); "" for a key that names none (a fact, a tool's output)."""
+    return key[key.index("./") + 1 :] if key.startswith("check.") and "./" in key else ""
 
 
 def unrecorded_place(key: str, values: Mapping[str, Value]) -> str | None:
@@ -153,10 +159,10 @@ def unrecorded_place(key: str, values: Mapping[str, Value]) -> str | None:
         for k, v in values.items():
             if k.startswith(prefix) and v == NOT_RECORDED:
                 return k[len(prefix) :].split(".", 1)[-1]
-        where = key[key.find("./") + 1 :] if "./" in key else ""
+        where = evidence_place(key)
         roots = (k[len(UNRECORDED) :] for k in values if k.startswith(UNRECORDED + "/"))
         return next((root for root in roots if where == root or where.startswith(root + "/")), None)
-    lookup = next((section for count, section in _COUNTED_FROM if key.startswith(count)), key)
+    lookup = next((section for count, section in COUNTED_FROM if key.startswith(count)), key)
     for k, v in values.items():
         if k.startswith(UNRECORDED) and isinstance(v, str) and lookup.startswith(k[len(UNRECORDED) :]):
             return v

@@ -368,14 +368,10 @@ def _gap_findings(
     return [f for f in gaps if f is not None]
 
 
-# The device list a key belongs to, for the places not recorded and the counts derived from lists.
-_COUNT_LISTS = (("hardware.gpu", "gpus"), ("hardware.rdma_", "rdma"))
-
-
 def _list_of(key: str) -> str:
     """The part of the facts a key is read from: "rdma" for rdma[mlx5_0/1].state and
     hardware.rdma_ports_active, the key itself otherwise."""
-    for count, section in _COUNT_LISTS:
+    for count, section in values_mod.COUNTED_FROM:
         if key.startswith(count):
             return section
     m = _DEVICE_KEY.match(key)
@@ -385,9 +381,7 @@ def _list_of(key: str) -> str:
 def _place(key: str) -> str:
     """Where a key's value is read, as the facts' `unrecorded` names places: a check's evidence by
     its path ("/proc/self/limits soft"), a fact by its part of the document (`_list_of`)."""
-    if key.startswith("check.") and "./" in key:
-        return key[key.index("./") + 1 :]
-    return _list_of(key)
+    return values_mod.evidence_place(key) or _list_of(key)
 
 
 def _gaps(values: Mapping[str, Value]) -> dict[str, str]:
