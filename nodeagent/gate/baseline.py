@@ -291,15 +291,16 @@ def compare(
     gaps_now = _gaps(now)
     gaps_then = _gaps({k: e.value for k, e in ref.expected.items() if k.startswith(values_mod.UNRECORDED)})
     findings = _gap_findings(gaps_now, gaps_then, ref, host)
-    unseen = {*gaps_now, *gaps_then}
-    changes = [c for c in _device_changes(ref.devices, _devices(now)) if not _under(unseen, c.section)]
+    unseen = (*gaps_now, *gaps_then)  # prefixes: str.startswith takes them all at once
+    changes = [c for c in _device_changes(ref.devices, _devices(now)) if not c.section.startswith(unseen)]
     # A device gone is hardware lost (`devices`); one added is a change to look at, not a fault.
     findings += [_device_finding(c, devices if c.gone else Status.WARN, baseline, host) for c in changes]
     moved = _moved_links(ref.expected, now)
     for then, key in moved.items():
         if not _equal(key, ref.expected[then], now.get(key)):
             findings.append(_changed(key, now, ref.expected[then], devices, baseline, host))
-    compared = [k for k in sorted(set(ref.expected) | set(now)) if _compared(k, ref, now, unseen)]
+    both = ref.checks & _checks_in(now)
+    compared = [k for k in sorted(set(ref.expected) | set(now)) if _compared(k, ref, both, unseen)]
     counts: list[Finding] = []
     for key in compared:
         if any(c.explains(key) for c in changes) or key in moved or key in moved.values():
@@ -312,15 +313,16 @@ def compare(
     return findings or [_all_as_before(len(compared), ref, baseline, host)]
 
 
-def _compared(key: str, ref: Reference, now: Mapping[str, Value], unseen: set[str]) -> bool:
-    """Whether a key is compared: a check's value only when the check ran then and now, never a key
-    without a majority in a fleet baseline, nor one under a place either side did not record."""
+def _compared(key: str, ref: Reference, both: frozenset[str], unseen: tuple[str, ...]) -> bool:
+    """Whether a key is compared: a check's value only when the check ran then and now (`both`),
+    never a key without a majority in a fleet baseline, nor one under a place either side did not
+    record."""
     check = _CHECK_KEY.match(key)
-    if check is not None and check.group(1) not in ref.checks & _checks_in(now):
+    if check is not None and check.group(1) not in both:
         return False
     if key in ref.unsettled or key.startswith(values_mod.UNRECORDED):
         return False
-    return not _under(unseen, _place(key))
+    return not _place(key).startswith(unseen)
 
 
 def _difference(
@@ -390,10 +392,6 @@ def _gaps(values: Mapping[str, Value]) -> dict[str, str]:
     return {k[n:]: str(v) for k, v in values.items() if k.startswith(values_mod.UNRECORDED)}
 
 
-def _under(prefixes: set[str], key: str) -> bool:
-    return any(key.startswith(p) for p in prefixes)
-
-
 def _unrecorded(prefixes: list[str], place: str, ref: Reference, host: str) -> Finding | None:
     """UNKNOWN for a place the node's recording did not hold where the baseline has values: they
     cannot be compared, and nothing is claimed gone. None where the baseline has none there either."""
@@ -402,7 +400,7 @@ def _unrecorded(prefixes: list[str], place: str, ref: Reference, host: str) -> F
         for k, e in ref.expected.items()
         if e.value is not None
         and not k.startswith(values_mod.UNRECORDED)
-        and _under(set(prefixes), _place(k))
+        and _place(k).startswith(tuple(prefixes))
     )
     if not theirs:
         return None

@@ -1,8 +1,8 @@
 """How long `nodeagent preflight --playbook preflight` takes on this machine, as a Slurm prolog or
 a Kubernetes init container would run it: a fresh process each time, wall clock from start to exit.
 
-Run: `.venv/bin/python tests/perf/preflight_speed.py [--runs 15] [--root PATH]`; prints the
-median, the spread and the slowest checks of the last run.
+Run: `.venv/bin/python tests/perf/preflight_speed.py [--runs 15] [--root PATH] [--playbook NAME]
+[--baseline FILE]`; prints the median, the spread and the slowest checks of the last run.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--root", help="a recorded node instead of this machine")
     ap.add_argument("--playbook", default="preflight")
+    ap.add_argument("--baseline", help="a baseline file the node is compared with")
     args = ap.parse_args()
     argv = [str(Path(sys.executable).with_name("nodeagent")), "preflight", "--playbook", args.playbook]
     argv += ["--root", args.root] if args.root else []
+    argv += ["--baseline", args.baseline] if args.baseline else []
     argv += ["--format", "json"]
     times: list[float] = []
     doc: dict[str, object] = {}
