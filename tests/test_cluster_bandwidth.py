@@ -436,5 +436,9 @@ def test_check_flags_the_one_slowed_link_of_six_hosts_by_its_ratio_to_the_median
     # Only h3's sending side is limited: its in-link and h4's out-link are as fast as the rest, so
     # the link is named, not a host.
     assert all(rate >= 0.5 * median for label, rate in rates.items() if label != straggler.SLOW_LINK), run
-    assert run.flagged == {straggler.SLOW_LINK: "FAIL"}, run
+    assert run.flagged.pop(straggler.SLOW_LINK) == "FAIL", run
+    # On two CPUs shared with the rest of the suite, iperf3 itself is CPU-bound and a healthy link
+    # can measure 20% below the others: the MAD rule may WARN about it (measured, so said), but
+    # nothing else reaches the ratio rule's FAIL. Alone, nothing else is flagged (the perf script).
+    assert set(run.flagged.values()) <= {"WARN"}, run
     assert run.returncode == 2
