@@ -183,6 +183,25 @@ def test_readings_statuses_and_prose_are_not_compared(tmp_path: Path) -> None:
     assert list(warnings(baseline.compare(baseline.load(path), capped, "gpu1"))) == [f"check.gpu.gpus.{cap}"]
 
 
+def test_fewer_active_nvlinks_is_hardware_lost(tmp_path: Path) -> None:
+    """The nvlink check's count of a GPU's active links ("18 of 18", as `nvidia-smi nvlink -s`
+    shows them) lower than in the baseline is hardware lost: at the device level the caller gives
+    (FAIL unless a playbook lowers it), where another changed value is a WARN."""
+    where = "nvidia-smi nvlink -s: GPU3 active links"
+
+    def values(active: str) -> dict[str, Value]:
+        finding = {"check_id": "nvlink", "subject": "GPU3", "status": "OK", "evidence": {where: active}}
+        return fleet.host_values(None, [finding])
+
+    path = tmp_path / "nv.json"
+    baseline.save({"gpu1": values("18 of 18")}, path, "test")
+    (lost,) = baseline.compare(baseline.load(path), values("16 of 18"), "gpu1")
+    assert (lost.status, lost.subject) == (Status.FAIL, f"check.nvlink.GPU3.{where}")
+    assert "is 16 of 18; the baseline has 18 of 18" in lost.summary
+    (more,) = baseline.compare(baseline.load(path), values("18 of 18"), "gpu1")
+    assert more.status is Status.OK
+
+
 # --- A fleet ---------------------------------------------------------------------------------------
 
 
