@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +132,83 @@ def test_secrets_are_left_out_of_environments_and_command_lines() -> None:
     assert recorder._redact_cmdline(cmdline) == (
         b"python\0train.py\0--password\0REDACTED\0--api-key=REDACTED\0--epochs\0003"
     )
+
+
+def test_kept_variables_that_hold_secrets_are_masked_and_still_seen() -> None:
+    """Variables of the kept families can hold secrets: their names stay (a check may ask whether
+    one is set), their values do not leave the node."""
+    env = (
+        b"NVIDIA_API_KEY=nvapi-s3cr3t\0TF_VAR_db_password=hunter2\0NCCL_TOKEN=t0k\0"
+        b"CUDA_CACHE_URL=https://bob:pa55@cache.example:8443/x?y=1\0TF_DATA_SOURCE=s3://AKIA0:sk@b/p\0"
+        b"OMP_NUM_THREADS=8\0HOROVOD_GLOO_RENDEZVOUS_ADDR=10.0.0.1\0"
+    )
+    assert recorder._filter_environ(env) == (
+        b"NVIDIA_API_KEY=REDACTED\0TF_VAR_db_password=REDACTED\0NCCL_TOKEN=REDACTED\0"
+        b"CUDA_CACHE_URL=https://REDACTED@cache.example:8443/x?y=1\0TF_DATA_SOURCE=s3://REDACTED@b/p\0"
+        b"OMP_NUM_THREADS=8\0HOROVOD_GLOO_RENDEZVOUS_ADDR=10.0.0.1\0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "masked"),
+    [
+        (b"/usr/bin/mysql\0-uroot\0-ps3cr3t\0db", b"/usr/bin/mysql\0-uroot\0-pREDACTED\0db"),
+        (b"mysql\0-p\0db", b"mysql\0-p\0db"),  # a lone -p prompts; the next word is the database
+        (b"sshpass\0-p\0s3cr3t\0ssh\0n1", b"sshpass\0-p\0REDACTED\0ssh\0n1"),
+        (b"redis-cli\0-a\0s3cr3t\0ping", b"redis-cli\0-a\0REDACTED\0ping"),
+        (
+            b"python\0-m\0pip\0install\0-i\0https://u:s3cr3t@pypi.example/simple",
+            b"python\0-m\0pip\0install\0-i\0https://REDACTED@pypi.example/simple",
+        ),
+        (b"ssh\0-p2222\0n1", b"ssh\0-p2222\0n1"),  # -p is a port for ssh: kept
+    ],
+)
+def test_password_options_and_url_credentials_are_masked_in_command_lines(
+    cmdline: bytes, masked: bytes
+) -> None:
+    assert recorder._redact_cmdline(cmdline) == masked
+
+
+SECRETS = ("nvapi-s3cr3t-1", "hunter2-tfvar", "pa55-in-url", "mysql-s3cr3t", "flag-s3cr3t")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading another process's environ takes root")
+@pytest.mark.parametrize("redact", [False, True])
+def test_a_snapshot_of_a_process_holding_secrets_contains_none_of_them(tmp_path: Path, redact: bool) -> None:
+    """A real process with the secret forms in its environment and command line, recorded by
+    `nodeagent snapshot` (the same recorder the fleet's pull runs on each node)."""
+    env = {
+        **os.environ,
+        "NVIDIA_API_KEY": SECRETS[0],
+        "TF_VAR_db_password": SECRETS[1],
+        "NCCL_DEBUG_FILE": f"https://user:{SECRETS[2]}@logs.example/n",
+        "OMP_NUM_THREADS": "3",
+    }
+    # argv[0] "mysql": its -p option is a password; --password=... is one for any program.
+    code = "import sys, time; sys.stdout.write('up\\n'); sys.stdout.flush(); time.sleep(60)"
+    argv = ["mysql", "-c", code, f"-p{SECRETS[3]}", f"--password={SECRETS[4]}"]
+    holder = subprocess.Popen(argv, executable=sys.executable, env=env, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        out = tmp_path / "node.tar.gz"
+        cmd = [sys.executable, "-m", "nodeagent", "snapshot", "--only", "threads", "-o", str(out)]
+        done = subprocess.run(
+            [*cmd, *(["--redact"] if redact else [])], check=False, capture_output=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    with tarfile.open(out) as tar:
+        contents = b"".join(
+            f.read() for m in tar.getmembers() if m.isfile() and (f := tar.extractfile(m)) is not None
+        )
+    environ = f"/proc/{holder.pid}/environ".lstrip("/")
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert environ in names  # the process was recorded
+    assert [s for s in SECRETS if s.encode() in contents] == []
+    assert b"NVIDIA_API_KEY=REDACTED" in contents and b"OMP_NUM_THREADS=3" in contents
 
 
 # -- structure: folders a pattern passes through are kept, even without a declared file inside ---------

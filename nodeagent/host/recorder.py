@@ -59,6 +59,26 @@ _ENV_NAMES = frozenset(
 _ENV_MARKERS = (*(f for f in _ENV_FAMILIES if f != b"GOMP_"), b"RANK", b"SIZE", b"SLURM_", b"MAX_CPU_ISA")
 # Command-line arguments whose name holds one of these (in any case) have their values redacted.
 _SECRET_WORDS = ("pass", "secret", "token", "apikey", "api_key", "api-key", "credential", "auth")
+# Kept environment variables whose name holds one of these have their value replaced by REDACTED,
+# the name kept (a check may ask whether it is set): passwords (PASSWORD, PASSWD, PASSPHRASE), API
+# keys and tokens (NVIDIA_API_KEY, NGC_API_KEY, HF_TOKEN, WANDB_API_KEY), the cloud providers'
+# usual names (AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AZURE_CLIENT_SECRET,
+# GOOGLE_APPLICATION_CREDENTIALS), Terraform's TF_VAR_*password, cookies and private keys.
+_SECRET_ENV_WORDS = (
+    b"KEY", b"TOKEN", b"SECRET", b"PASS", b"CRED", b"AUTH", b"COOKIE", b"SESSION", b"PRIVATE", b"SIGNATURE",
+)  # fmt: skip
+REDACTED = b"REDACTED"
+# Programs whose short option takes a password, glued (`mysql -pSECRET`) or as the next argument
+# (True: `sshpass -p SECRET`; mysql's lone -p prompts instead): mysql(1), sshpass(1), redis-cli -a,
+# mongosh -p, zip/unzip -P, 7z -p.
+_PASSWORD_OPTIONS = {
+    b"mysql": (b"-p", False), b"mysqldump": (b"-p", False), b"mysqladmin": (b"-p", False),
+    b"mariadb": (b"-p", False), b"mariadb-dump": (b"-p", False), b"sshpass": (b"-p", True),
+    b"redis-cli": (b"-a", True), b"mongo": (b"-p", True), b"mongosh": (b"-p", True),
+    b"zip": (b"-P", True), b"unzip": (b"-P", True), b"7z": (b"-p", False),
+}  # fmt: skip
+# Where a URL's authority ends (RFC 3986, 3.2): its user:password@ is in front of the host.
+_AUTHORITY_ENDS = (b"/", b"?", b"#", b" ", b",", b";", b"\n", b"'", b'"')
 
 
 class Recording:
@@ -74,11 +94,37 @@ def _filter_environ(data: bytes) -> bytes:
     if not any(marker in data for marker in _ENV_MARKERS):
         return b""
     kept = [
-        item
+        _masked_variable(item)
         for item in data.split(b"\0")
         if item.startswith(_ENV_FAMILIES) or item.partition(b"=")[0] in _ENV_NAMES
     ]
     return b"\0".join(kept) + (b"\0" if kept else b"")
+
+
+def _masked_variable(item: bytes) -> bytes:
+    """NAME=VALUE with VALUE redacted when NAME looks like a secret's, else with the credentials of
+    any URL in it redacted."""
+    name, eq, value = item.partition(b"=")
+    if not eq:
+        return item
+    if any(word in name.upper() for word in _SECRET_ENV_WORDS):
+        return name + b"=" + REDACTED
+    return name + b"=" + _without_userinfo(value)
+
+
+def _without_userinfo(text: bytes) -> bytes:
+    """`text` with the user:password@ of every URL replaced (scheme://REDACTED@host/...)."""
+    out = b""
+    rest = text
+    while True:
+        start = rest.find(b"://")
+        if start < 0:
+            return out + rest
+        head, rest = rest[: start + 3], rest[start + 3 :]
+        end = min((i for i in (rest.find(c) for c in _AUTHORITY_ENDS) if i >= 0), default=len(rest))
+        at = rest.rfind(b"@", 0, end)
+        out += head + (REDACTED + rest[at:end] if at >= 0 else rest[:end])
+        rest = rest[end:]
 
 
 def _secret(name: str) -> bool:
@@ -87,22 +133,30 @@ def _secret(name: str) -> bool:
 
 
 def _redact_cmdline(data: bytes) -> bytes:
+    """A command line with the values of password-like options (`--password X`, `--api-key=X`,
+    `mysql -pX`, `sshpass -p X`) and the credentials of URLs replaced by REDACTED."""
     args = data.split(b"\0")
-    out: list[bytes] = []
+    program = args[0].rsplit(b"/", 1)[-1]
+    flag, flag_takes_next = _PASSWORD_OPTIONS.get(program, (None, False))
+    out: list[bytes] = args[:1]
     redact_next = False
-    for arg in args:
-        text = arg.decode(errors="replace")
+    for arg in args[1:]:
         if redact_next:
-            out.append(b"REDACTED")
+            out.append(REDACTED)
             redact_next = False
             continue
+        if flag is not None and arg.startswith(flag) and (len(arg) > len(flag) or flag_takes_next):
+            out.append(flag + REDACTED if len(arg) > len(flag) else arg)
+            redact_next = len(arg) == len(flag)
+            continue
+        text = arg.decode(errors="replace")
         key, eq, _ = text.partition("=")
         if _secret(key):
             if eq:
                 out.append(f"{key}=REDACTED".encode())
                 continue
             redact_next = text.startswith("-")
-        out.append(arg)
+        out.append(_without_userinfo(arg))
     return b"\0".join(out)
 
 
