@@ -512,3 +512,51 @@ def test_malformed_journal(tmp_path: Path, data: Any) -> None:
     run = run_cli(["revert", "--list"], env={"NODEAGENT_STATE_DIR": str(state)})
     assert_sane(run, one_line_error=True)
     assert listing(state) - {"lock"} <= before | {"lock"}
+
+
+# -- files nodeagent reads back: the verify history, a recording's nodeagent.json ------------------
+
+
+HOSTILE_HISTORIES = {
+    "bad byte": b'{"time": "2026-01-01T00:00:00Z"}\n\xff\xfe\n',
+    "deep JSON": ("[" * 100_000 + "]" * 100_000 + "\n").encode(),
+    "json wrong shape": b"[1, 2, 3]\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(HOSTILE_HISTORIES))
+def test_a_hostile_history_is_one_line(tmp_path: Path, kind: str) -> None:
+    """`nodeagent history` on a history that is not one nodeagent wrote: exit 64, one line naming
+    the file and the line, never a traceback (a bad byte and deep JSON exited 70)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "history.jsonl").write_bytes(HOSTILE_HISTORIES[kind])
+    run = run_cli(["history"], env={"NODEAGENT_STATE_DIR": str(state)})
+    assert_sane(run, one_line_error=True)
+    assert run.returncode == 64 and f"{state / 'history.jsonl'}:" in run.stderr, (kind, run.stderr)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_history_that_is_not_a_file_is_refused_before_reading(tmp_path: Path, kind: str) -> None:
+    """A FIFO made `history` hang and /dev/zero grew it to 9.5 GB: only a regular file is read."""
+    state = tmp_path / "state"
+    state.mkdir()
+    where = state / "history.jsonl"
+    if kind == "fifo":
+        os.mkfifo(where)
+    else:
+        where.symlink_to("/dev/zero")
+    run = run_cli(["history"], env={"NODEAGENT_STATE_DIR": str(state)})
+    assert_sane(run, one_line_error=True)
+    assert run.returncode == 64 and "not a regular file" in run.stderr, run.stderr
+
+
+def test_a_recording_with_a_deeply_nested_nodeagent_json_is_one_line(tmp_path: Path) -> None:
+    """A recording's nodeagent.json nested 100,000 deep exited 70 (RecursionError)."""
+    root = tmp_path / "node"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "cpuinfo").write_text("processor\t: 0\n")
+    (root / "nodeagent.json").write_text('{"paths": ' + _nest(100_000) + "}")
+    run = run_cli(["check", "--root", str(root)])
+    assert_sane(run, one_line_error=True)
+    assert run.returncode == 64 and "nodeagent.json is not readable" in run.stderr, run.stderr

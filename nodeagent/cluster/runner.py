@@ -238,7 +238,10 @@ class CheckJob:
             rec = pull.read(stream)
         except ValueError as e:
             raise HostError(ssh.REMOTE, f"the recording pulled from {spec.name} is unreadable: {e}") from None
-        host = SnapshotHost(spec.name, tree=MemoryTree(rec.dirs, rec.links, rec.files))
+        try:
+            host = SnapshotHost(spec.name, tree=MemoryTree(rec.dirs, rec.links, rec.files))
+        except UsageError as e:  # its nodeagent.json: a node's data, that host's error alone
+            raise HostError(ssh.REMOTE, f"the recording pulled from {spec.name} is unreadable: {e}") from None
         host.name = spec.name
         # One worker: the recording is in memory, so the checks wait on nothing, and the fleet's
         # hosts already run side by side (more threads would only contend for the GIL).

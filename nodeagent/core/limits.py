@@ -40,6 +40,8 @@ DEFAULTS: dict[str, tuple[int, str]] = {
     "NODEAGENT_MAX_DEPTH": (64, "levels"),
     # Values a YAML file's aliases (*name) may add once expanded.
     "NODEAGENT_MAX_ALIAS_VALUES": (10_000, "values"),
+    # The verify history (<state>/history.jsonl): a record is about 1 KiB, so some 60,000 decisions.
+    "NODEAGENT_MAX_HISTORY_MIB": (64, "MiB"),
 }
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import lzma
 import os
 import re
@@ -11,6 +10,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.host.archive import ArchiveTooLarge, ArchiveTree, SubTree
 from nodeagent.host.base import COMMANDS_DIR, META_FILE, CmdResult, Host, command_name, hostname_problem
@@ -81,12 +81,25 @@ class SnapshotHost(TreeHost):
         self.name = str(self.meta.get("hostname") or stem)
 
     def _read_meta(self) -> dict[str, object]:
+        """The recording's nodeagent.json ({} when it has none). Content that is not a JSON object
+        within NODEAGENT_MAX_DEPTH is one UsageError line (exit 64): what the recording says it
+        walked decides what is "not recorded", so it is never guessed past."""
         text = self.tree.read("/" + META_FILE)
-        try:
-            meta = json.loads(text) if text else {}
-        except ValueError:
+        if not text:
             return {}
-        return meta if isinstance(meta, dict) else {}
+        try:
+            meta = limits.loads_json(text)
+        except ValueError as e:
+            raise UsageError(
+                f"{self.source}: its {META_FILE} is not readable ({e}); record the node again with "
+                "`nodeagent snapshot`"
+            ) from None
+        if not isinstance(meta, dict):
+            raise UsageError(
+                f"{self.source}: its {META_FILE} is not a JSON object; record the node again with "
+                "`nodeagent snapshot`"
+            )
+        return meta
 
     def recorded(self, path: str) -> bool:
         """Whether the recording can tell if `path` exists on its machine.

@@ -13,13 +13,13 @@ one error naming the file and line, never skipped in silence: the history is a r
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning.state import StateDiskError, state_dir
 
@@ -79,29 +79,36 @@ def append(record: Record, base: Path | None = None) -> Path:
 
 
 def read(base: Path | None = None) -> list[Record]:
-    """Every record, oldest first; [] when there is no history yet."""
+    """Every record, oldest first; [] when there is no history yet. Only a regular file up to
+    NODEAGENT_MAX_HISTORY_MIB is read (a device or a FIFO put there is refused before reading), as
+    UTF-8; what cannot be read is one UsageError line naming the file (and the line)."""
     where = path(base)
     try:
-        text = where.read_text()
+        data = limits.read_input_file(where, "verify history", "NODEAGENT_MAX_HISTORY_MIB")
     except FileNotFoundError:
         return []
     except OSError as e:
         raise UsageError(f"{where}: cannot be read ({e.strerror or e}); fix its permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise UsageError(f"{where}:{line}: not UTF-8 text; {_MOVE_ASIDE}") from None
     records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            records.append(_record(where, number, line))
+    for number, line_text in enumerate(text.splitlines(), 1):
+        if line_text.strip():
+            records.append(_record(where, number, line_text))
     return records
+
+
+_MOVE_ASIDE = "not a nodeagent verify record: move the file aside (a new one is started on the next verify)"
 
 
 def _record(where: Path, number: int, line: str) -> Record:
     try:
-        return Record.model_validate(json.loads(line))
+        return Record.model_validate(limits.loads_json(line))
     except ValueError as e:
         first = e.errors()[0] if isinstance(e, ValidationError) else None
         field = ".".join(str(p) for p in first["loc"]) if first else ""
         problem = f"{field}: {first['msg']}" if first else f"not JSON ({e})"
-        raise UsageError(
-            f"{where}:{number}: {problem}; not a nodeagent verify record: move the file aside "
-            "(a new one is started on the next verify)"
-        ) from None
+        raise UsageError(f"{where}:{number}: {problem}; {_MOVE_ASIDE}") from None
