@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,25 @@ def test_read_without_files_is_none_and_with_only_broken_ones_says_so(tmp_path: 
     assert figures is not None and figures.steps_per_s is None and figures.processes == 0
     assert figures.skipped == [f"{tmp_path / '7.json'}: Input should be an object"]
     assert "could not be read" in measure.diagnosis(figures)
+
+
+def test_a_fifo_or_device_the_job_left_in_the_folder_is_skipped_not_read(tmp_path: Path) -> None:
+    """The job writes the measure folder: a FIFO there (which blocked the read forever once the job
+    had exited, as nobody writes it) or a link to a device is skipped with its reason."""
+    os.mkfifo(tmp_path / "1.json")
+    (tmp_path / "2.json").symlink_to("/dev/zero")
+    done: list[measure.JobFigures | None] = []
+    reader = threading.Thread(target=lambda: done.append(measure.read(tmp_path)), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "measure.read hung on a FIFO"
+    (figures,) = done
+    assert figures is not None and figures.processes == 0
+    assert [s.split(": ", 1)[0] for s in figures.skipped] == [
+        str(tmp_path / "1.json"),
+        str(tmp_path / "2.json"),
+    ]
+    assert all("not a regular file" in s for s in figures.skipped), figures.skipped
 
 
 def _figures(wait: float | None, unknown: str | None = None) -> measure.JobFigures:

@@ -29,6 +29,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
 from nodeagent.bench import run
+from nodeagent.core import limits
+from nodeagent.core.errors import UsageError
 from nodeagent.tuning import launcher
 
 MEASURE_DIR_ENV = launcher.MEASURE_DIR_ENV  # "NODEAGENT_MEASURE_DIR"
@@ -123,7 +125,9 @@ def read(folder: Path) -> JobFigures | None:
     wait share is weighted by measured time: the sum of the processes' waits over the sum of their
     measured spans, so a rank that ran longer counts for more. It is unknown as soon as one measured
     process could not see its wait. A file that cannot be read is skipped, its reason kept in
-    `skipped`.
+    `skipped`: the job writes this folder, so what is there is outside input, read only as a regular
+    file up to NODEAGENT_MAX_INPUT_MIB (a FIFO the job left there hung the read once the job had
+    exited).
     """
     try:
         paths = sorted(p for p in folder.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
@@ -133,8 +137,9 @@ def read(folder: Path) -> JobFigures | None:
     skipped: list[str] = []
     for path in paths:
         try:
-            processes.append(_process(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+            data = limits.read_input_file(path, "measurement")
+            processes.append(_process(data.decode("utf-8")))
+        except (OSError, UsageError, UnicodeDecodeError, ValueError) as e:  # JSONDecodeError: a ValueError
             skipped.append(f"{path}: {e}")
     if not processes and not skipped:
         return None
