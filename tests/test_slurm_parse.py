@@ -7,10 +7,12 @@ The same flow against a real Slurm cluster: tests/test_slurm_fanout.py."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -482,3 +484,52 @@ def test_without_slurm_s_commands_it_says_which_is_missing(
     monkeypatch.setenv("PATH", str(tmp_path))
     code, _, err = run_cli(["tune", "--slurm", "test"], capsys)
     assert code == 64 and "--slurm needs Slurm's `sinfo` on PATH" in err
+
+
+# -- what a node may print: bounded, parsed strictly ---------------------------------------------
+
+
+class _Endless(io.RawIOBase):
+    """A task's stdout as srun passes it on: one line of `size` bytes, then `tail` (the end of that
+    line and the task's exit line); made as it is read, so the test itself holds none of it."""
+
+    def __init__(self, size: int, tail: bytes) -> None:
+        self.left = size
+        self.tail = tail
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.left > 0:
+            n = min(len(buffer), self.left)
+            buffer[:n] = b"A" * n
+            self.left -= n
+            return n
+        n = min(len(buffer), len(self.tail))
+        buffer[:n], self.tail = self.tail[:n], self.tail[n:]
+        return n
+
+
+def test_an_endless_line_costs_the_limit_not_the_line() -> None:
+    """A node printing 512 MiB without a newline grew the controller by as much (10-11 GB in 60 s):
+    it is dropped as it is read, and what follows it is still read."""
+    out = slurm.StepOutput()
+    stream = io.BufferedReader(_Endless(512 * 1024 * 1024, f"\n0: {slurm.EXIT_MARK} 2\n".encode()))
+    tracemalloc.start()
+    try:
+        slurm._read(stream, out.stdout_line)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * slurm.MAX_LINE_BYTES, peak
+    assert out.tasks[0].exit_code == 2
+
+
+@pytest.mark.parametrize("code", ["²", "٣", "1e3", "-1", "99999", ""])
+def test_an_exit_line_that_is_not_an_exit_code_is_ignored(code: str) -> None:
+    """`str.isdigit()` takes "²" and "٣", which int() refuses: the reader thread died on them."""
+    out = slurm.StepOutput()
+    out.stdout_line(f"0: {slurm.EXIT_MARK} {code}\n")
+    out.stdout_line(f"0: {slurm.EXIT_MARK} 3\n")
+    assert out.tasks[0].exit_code == 3

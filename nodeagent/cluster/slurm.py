@@ -132,7 +132,13 @@ RUN_SCRIPT = "\n".join(
     ]
 )
 # `srun --label` prefixes each line with the task id, right-aligned to the widest id.
-_LABELLED = re.compile(r"\s*(\d+): ?(.*)")
+_LABELLED = re.compile(r"\s*([0-9]{1,9}): ?(.*)")
+# An exit code as the wrapper prints it: ASCII digits only (str.isdigit() takes "²", int() does not).
+_EXIT_CODE = re.compile(r"[0-9]{1,3}")
+# srun cuts a task's lines at 1 KiB (module docstring); a line longer than this is not one of ours,
+# and is dropped while it is read, so that a node printing one endless line costs the controller
+# this much memory, not all of it.
+MAX_LINE_BYTES = 64 * 1024
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]+")
 # A remote command that exits with this was not found by the node's shell (POSIX: 127).
 _NOT_FOUND = 127
@@ -451,7 +457,7 @@ class StepOutput:
             mark, _, value = text.partition(" ")
             if mark == NODE_MARK and task.node is None:
                 task.node = value.strip()
-            elif mark == EXIT_MARK and value.strip().isdigit():
+            elif mark == EXIT_MARK and _EXIT_CODE.fullmatch(value.strip()):
                 task.exit_code, task.finished_s = int(value), at_s
             elif _BASE64_LINE.fullmatch(text):
                 task.encoded_chars += len(text)
@@ -557,9 +563,14 @@ def step(
 
 
 def _read(stream: IO[bytes], on_line: Callable[[str], None]) -> None:
+    """Each line of `stream` to `on_line`, a line longer than MAX_LINE_BYTES dropped as it is read."""
     with stream:
-        for raw in stream:
-            on_line(raw.decode(errors="replace"))
+        overlong = False
+        while raw := stream.readline(MAX_LINE_BYTES + 1):
+            whole = raw.endswith(b"\n")
+            if not overlong and (whole or len(raw) <= MAX_LINE_BYTES):
+                on_line(raw.decode(errors="replace"))
+            overlong = not whole  # the rest of a line cut at the limit is dropped up to its end
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
