@@ -8,7 +8,7 @@ files a tuner puts into a `--root` tree, snapshot archives. Its steps:
    (O_CREAT|O_EXCL|O_NOFOLLOW: never a file that was there, never through a link), 0600 until
    written, so nobody reads it half-written;
 2. the data written, the file given its `mode` (fchmod: the umask plays no part) and fsynced;
-3. `before_replace()`, the caller's last look at the target (outputs.py refuses a link that
+3. `before_replace()`, the caller's last look at the target (safe_write.py refuses a link that
    appeared while writing), then rename(2) over the target: atomic within one file system
    (https://man7.org/linux/man-pages/man2/rename.2.html);
 4. the folder fsynced, so the rename itself is on disk: fsync(2) of a file does not make its
