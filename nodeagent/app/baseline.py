@@ -21,9 +21,13 @@ def save(
     path: Path, root: str | None = None, fleet: FleetRequest | None = None, on_done: OnDone | None = None
 ) -> Saved:
     """Every check's values on this node (or the recording `root`, or every host of `fleet`) in `path`."""
+    from nodeagent.core import safe_write
     from nodeagent.core.errors import UsageError
     from nodeagent.gate import baseline
 
+    # A link or a device at `path` is refused before a fleet is read, not after (checked again
+    # when writing).
+    safe_write.check_target(path)
     inv = fleet.inventory() if fleet is not None else None
     values: dict[str, Any]
     if inv is not None:

@@ -304,10 +304,12 @@ def snapshot(output: Path, only: str | None, redact: bool, root: str | None, hos
     """Record what the checks read on this machine into a .tar.gz that --root reads back."""
     from nodeagent import checks
     from nodeagent.api.check import declared_commands, declared_paths
+    from nodeagent.core.safe_write import check_target
     from nodeagent.facts import node
     from nodeagent.host import LocalHost, open_host
     from nodeagent.host.recorder import snapshot as take
 
+    check_target(output)  # a link or a device at -o refused before recording, and again when writing
     host = open_host(root)
     if not isinstance(host, LocalHost):
         raise UsageError(

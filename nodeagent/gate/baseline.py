@@ -61,7 +61,7 @@ from nodeagent import __version__
 from nodeagent.compare import fleet, hardware
 from nodeagent.compare import values as values_mod
 from nodeagent.compare.fleet import Value
-from nodeagent.core import atomic, jsondoc
+from nodeagent.core import jsondoc, safe_write
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 
@@ -162,9 +162,9 @@ class BaselineDocument(BaseModel):
 
 
 def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: str) -> None:
-    """Write the baseline (BaselineDocument), replacing the file whole (nodeagent.core.atomic): a
-    gate reading the baseline sees the old one or the new one, never half of one. 0644: other
-    users' gates read it too."""
+    """Write the baseline (BaselineDocument) through the one safe writer (nodeagent.core.safe_write):
+    replaced whole, so a gate reading it sees the old one or the new one, never half of one; a link,
+    device or FIFO at `path` refused, never followed or replaced. 0644: other users' gates read it too."""
     if not values_by_host:
         raise UsageError(f"{path}: no host gave values; nothing to save as a baseline")
     doc = {
@@ -175,15 +175,7 @@ def save(values_by_host: Mapping[str, Mapping[str, Value]], path: Path, source: 
         "hosts": {name: dict(sorted(values.items())) for name, values in sorted(values_by_host.items())},
     }
     text = json.dumps(doc, indent=1, sort_keys=False) + "\n"
-    if path.is_dir():
-        raise UsageError(f"{path}: is a directory; give the baseline file's name")
-    if not path.parent.is_dir():
-        raise UsageError(f"{path}: the folder {path.parent} does not exist; create it first")
-    try:
-        # Some file systems refuse to sync a folder: the file itself is synced all the same.
-        atomic.write_atomic(path, text, mode=0o644, sync_folder=False)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write the baseline ({e.strerror or e})") from None
+    safe_write.write_file(path, text.encode(), mode=0o644)
 
 
 def load(path: Path) -> Baseline:

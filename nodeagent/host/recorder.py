@@ -242,13 +242,14 @@ def write_tar(rec: Recording, raw: IO[bytes], meta: Mapping[str, object]) -> Non
 
 
 def write(rec: Recording, output: Path, meta: Mapping[str, object]) -> None:
-    """Write the archive atomically (nodeagent.core.atomic): a reader never sees half a snapshot.
-    0600: a recording holds what the node's files and commands showed."""
+    """Write the archive through the one safe writer (nodeagent.core.safe_write): replaced whole,
+    so a reader never sees half a snapshot; a link, device or FIFO at `output` refused (UsageError),
+    never followed or replaced. 0600: a recording holds what the node's files and commands showed."""
     # Imported here: this module also runs on nodes (nodeagent.cluster.pull), where only the host
     # modules are; archives are written on this machine only.
-    from nodeagent.core.atomic import write_atomic
+    from nodeagent.core.safe_write import write_file
 
-    write_atomic(output, lambda raw: write_tar(rec, raw, meta), mode=0o600, make_folders=True)
+    write_file(output, lambda raw: write_tar(rec, raw, meta), mode=0o600, make_folders=True)
 
 
 def metadata(
