@@ -158,3 +158,21 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
         code = e.code if isinstance(e.code, int) else 1
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+# One entry of a folder as lstat sees it: mode, inode, device number, size, mtime, a link's target.
+Entry = tuple[int, int, int, int, int, str]
+
+
+def listing(folder: Path) -> dict[str, Entry]:
+    """Every entry of `folder` as lstat sees it (never following a link), and a link's target: what
+    a refused write must leave exactly as it was."""
+    import os
+    import stat
+
+    out: dict[str, Entry] = {}
+    for name in os.listdir(folder):
+        st = os.lstat(folder / name)
+        target = os.readlink(folder / name) if stat.S_ISLNK(st.st_mode) else ""
+        out[name] = (st.st_mode, st.st_ino, st.st_rdev, st.st_size, st.st_mtime_ns, target)
+    return out

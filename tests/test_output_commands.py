@@ -22,34 +22,12 @@ from nodeagent.cli.main import main
 from nodeagent.core.errors import UsageError
 from nodeagent.gate import baseline
 from nodeagent.host import recorder
+from tests.helpers import listing, run_main
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 EX_USAGE = 64
 
-Entry = tuple[int, int, int, int, int, str]
 Args = Callable[[Path], list[str]]
-
-
-def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """`nodeagent ARGS` in this process: exit code, stdout, stderr (a command that succeeds may
-    return without SystemExit)."""
-    code: object = 0
-    try:
-        main(list(args))
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return (code if isinstance(code, int) else 0), out.out, out.err
-
-
-def listing(folder: Path) -> dict[str, Entry]:
-    """Every entry of `folder` as lstat sees it (never following a link), and a link's target."""
-    out: dict[str, Entry] = {}
-    for name in os.listdir(folder):
-        st = os.lstat(folder / name)
-        target = os.readlink(folder / name) if stat.S_ISLNK(st.st_mode) else ""
-        out[name] = (st.st_mode, st.st_ino, st.st_rdev, st.st_size, st.st_mtime_ns, target)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +73,7 @@ def written(path: Path) -> bool:
 def run(capsys: pytest.CaptureFixture[str], command: tuple[Args, int], target: Path) -> tuple[int, str, str]:
     """The command writing `target` (the merged report is one node's two OK findings: exit 0)."""
     args, _ = command
-    return nodeagent(capsys, *args(target))
+    return run_main(capsys, *args(target))
 
 
 # -- written -------------------------------------------------------------------------------------

@@ -20,13 +20,12 @@ from typing import Any
 import pytest
 
 from nodeagent.cli.main import main
+from tests.helpers import listing
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 EX_USAGE = 64
 # The recorded VM's numa check: two OK findings, exit 0 (quick: one check).
 CHECK = ["check", "--root", str(VM), "--only", "numa"]
-
-Entry = tuple[int, int, int, int, str]
 
 
 def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -36,16 +35,6 @@ def nodeagent(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str,
     out = capsys.readouterr()
     code = e.value.code
     return (code if isinstance(code, int) else 0), out.out, out.err
-
-
-def listing(folder: Path) -> dict[str, Entry]:
-    """Every entry of `folder` as lstat sees it: kind, inode, size, mtime, and a link's target."""
-    out: dict[str, Entry] = {}
-    for name in os.listdir(folder):
-        st = os.lstat(folder / name)
-        target = os.readlink(folder / name) if stat.S_ISLNK(st.st_mode) else ""
-        out[name] = (stat.S_IFMT(st.st_mode), st.st_ino, st.st_size, st.st_mtime_ns, target)
-    return out
 
 
 def is_junit(text: str) -> bool:
