@@ -27,7 +27,7 @@ Apart from the measuring (nodeagent.cluster.bandwidth.measure) so that it is tes
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nodeagent.cluster.bandwidth.plan import Params
@@ -102,6 +102,16 @@ class _Metric:
             if value < fraction * median:
                 return status, fraction
         return None
+
+    def below_the_median(
+        self, values: Mapping[str, float]
+    ) -> Iterator[tuple[str, float, Status, float, float]]:
+        """(name, value, status, fraction crossed, median) for each of `values` the ratio rule flags."""
+        median = statistics.median(values.values())
+        for name, value in values.items():
+            crossed = self.below_median(value, median)
+            if crossed is not None:
+                yield name, value, crossed[0], crossed[1], median
 
     def show(self, value: float) -> str:
         return f"{format_number(value)} {self.unit}"
@@ -291,16 +301,12 @@ def _links_below_median(
     samples: Mapping[str, float], group: str, metric: _Metric, bad: dict[str, _Bad]
 ) -> None:
     """The ratio rule on links: below a fraction of the median of the links of their tool."""
-    median = statistics.median(samples.values())
-    for label, value in samples.items():
-        crossed = metric.below_median(value, median)
-        if crossed is not None:
-            status, fraction = crossed
-            reason = (
-                f"below {fraction:g} x the median {metric.show(median)} of the {len(samples)} measured "
-                f"{group} links"
-            )
-            _flag(bad, label, value, status, reason)
+    for label, value, status, fraction, median in metric.below_the_median(samples):
+        reason = (
+            f"below {fraction:g} x the median {metric.show(median)} of the {len(samples)} measured "
+            f"{group} links"
+        )
+        _flag(bad, label, value, status, reason)
 
 
 WHOLE_HOST = "all its links"
@@ -334,16 +340,12 @@ def _hosts_below_median(
     best = _host_bests(samples, links, metric)
     if len(best) < MIN_LINKS:
         return
-    median = statistics.median(best.values())
-    for host, value in best.items():
-        crossed = metric.below_median(value, median)
-        if crossed is not None:
-            status, fraction = crossed
-            reason = (
-                f"every link through {host} is slow: its best, {metric.show(value)}, is below {fraction:g} x "
-                f"the median best link of the {len(best)} hosts, {metric.show(median)}"
-            )
-            _flag_host(samples, links, host, status, reason, bad)
+    for host, value, status, fraction, median in metric.below_the_median(best):
+        reason = (
+            f"every link through {host} is slow: its best, {metric.show(value)}, is below {fraction:g} x "
+            f"the median best link of the {len(best)} hosts, {metric.show(median)}"
+        )
+        _flag_host(samples, links, host, status, reason, bad)
 
 
 def _host_bests(samples: Mapping[str, float], links: Mapping[str, Link], metric: _Metric) -> dict[str, float]:
