@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import lzma
 import os
 import re
@@ -75,6 +76,7 @@ class SnapshotHost(TreeHost):
         super().__init__(tree)
         self.writable = writable
         self.meta = self._read_meta()
+        self._prefixes: dict[int, frozenset[tuple[str, ...]]] = {}
         stem = self.source.name
         for suffix in _ARCHIVE_SUFFIXES:
             stem = stem.removesuffix(suffix)
@@ -116,13 +118,25 @@ class SnapshotHost(TreeHost):
             return True
         walked = self._walked()
         if walked is not None:
-            return any(_on_walk(path, pattern) for pattern in walked)
+            parts = tuple(p for p in path.split("/") if p)
+            return any(_on_walk(parts, units) for units in self._walk_prefixes(len(parts)))
         folder = path.rstrip("/").rsplit("/", 1)[0] or "/"
         return self.tree.kind(folder) == DIR
 
     def recorded_command(self, argv: Sequence[str]) -> bool:
         """Whether the recording holds what `argv` printed (commands/<name>.txt)."""
         return self.tree.kind(f"/{COMMANDS_DIR}/{command_name(tuple(argv))}.txt") is not None
+
+    def _walk_prefixes(self, depth: int) -> frozenset[tuple[str, ...]]:
+        """The walked patterns' first `depth` components, each once: the ~200 patterns of a
+        recording share a few dozen prefixes, and every host of a fleet asks about some 25 places."""
+        if depth not in self._prefixes:
+            self._prefixes[depth] = frozenset(units[:depth] for units in self._walked_units)
+        return self._prefixes[depth]
+
+    @functools.cached_property
+    def _walked_units(self) -> frozenset[tuple[str, ...]]:
+        return frozenset(tuple(u for u in p.split("/") if u) for p in self._walked() or [])
 
     def _walked(self) -> list[str] | None:
         """The patterns nodeagent's recorder walked (its metadata's `paths`); None when the tree was
@@ -166,15 +180,13 @@ class SnapshotHost(TreeHost):
         return CmdResult(args, out, self.tree.read(stem + ".err") or "", code)
 
 
-def _on_walk(path: str, pattern: str) -> bool:
-    """Whether walking `pattern` (a recorder glob, components matched by fnmatch) looked at `path`:
-    every component of `path` matches the pattern's component at that depth, so the walk listed or
-    opened it (a path deeper than the pattern is inside what the pattern reached: the shorter of the
-    two decides, hence strict=False)."""
+def _on_walk(parts: tuple[str, ...], units: tuple[str, ...]) -> bool:
+    """Whether walking a pattern (`units`: a recorder glob's components, matched by fnmatch) looked
+    at the path of `parts`: every component matches the pattern's at that depth, so the walk listed
+    or opened it (a path deeper than the pattern is inside what the pattern reached: the shorter of
+    the two decides, hence strict=False)."""
     import fnmatch
 
-    parts = [p for p in path.split("/") if p]
-    units = [p for p in pattern.split("/") if p]
     return all(fnmatch.fnmatchcase(part, unit) for part, unit in zip(parts, units, strict=False))
 
 
