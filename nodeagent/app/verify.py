@@ -23,20 +23,25 @@ class VerifyRequest:
     quick: bool = False
     pairs: int | None = None
     metric: str | None = None
+    trial_timeout: float | None = None
 
     def job(self) -> Job:
         from nodeagent.bench.verify import Job
 
-        return Job(tuple(self.command) or None, self.metric, self.quick, self.pairs)
+        return Job(tuple(self.command) or None, self.metric, self.quick, self.pairs, self.trial_timeout)
 
 
 def validate(request: VerifyRequest) -> None:
     """The usage errors, found before anything starts (a progress display, a trial)."""
+    from nodeagent.bench import verify
     from nodeagent.tuning import profile
 
     job = request.job()
     job.validate()
-    profile.load(request.profile)
+    if not verify.profile_journals(request.profile):  # runtime values alone are a profile too
+        profile.load(request.profile)
+    else:
+        profile.load_if_present(request.profile)
     if job.builtin:
         from nodeagent.app.bench import need_tensorflow
 

@@ -39,6 +39,7 @@ import math
 import os
 import queue
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -48,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from nodeagent.bench import measure, paired, run, stats
+from nodeagent.bench import job_process, measure, metric, paired, run, stats
+from nodeagent.core import limits
 
 A, B = "A", "B"
 EXIT_FASTER, EXIT_NOT_FASTER, EXIT_FAILED = 0, 1, 2
@@ -57,7 +59,12 @@ STEPS = "steps/s"
 WALL = "1 / wall time"
 IMAGES = "images/s"
 TAIL_LINES = 8
-OUTPUT_CAP = 64 * 1024 * 1024  # of a job's output searched for --metric: its last 64 MiB
+# A trial's time limit, unless --trial-timeout gives one: the first trial may take up to an hour;
+# once the first A trial has run, LIMIT_FACTOR times its wall time (at least LIMIT_MIN_S). A job's
+# runs vary by tens of percent, never by a factor of five; one that does is stuck.
+FIRST_TRIAL_LIMIT_S = 3600.0
+LIMIT_FACTOR = 5.0
+LIMIT_MIN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Trial:
     input_wait: float | None = None
     error: str | None = None
     cpu_s: float | None = None  # the worker's own CPU seconds (built-in workload)
+    leftovers: list[str] = field(default_factory=list)  # processes it left running, stopped
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,6 +99,7 @@ class Trial:
             "interference": self.interference,
             "input_wait_fraction": self.input_wait,
             "error": self.error,
+            "leftovers": self.leftovers,
         }
 
 
@@ -283,7 +292,7 @@ def _out_of_time(budget_s: float | None, pairs: int, estimate: paired.Estimate) 
 
 
 def _notes(blocks: Sequence[Block], reruns_left: int) -> list[str]:
-    out = []
+    out = _leftover_notes(blocks)
     dropped = [b for b in blocks if not b.counted]
     if dropped:
         out.append(
@@ -299,32 +308,27 @@ def _notes(blocks: Sequence[Block], reruns_left: int) -> list[str]:
     return out
 
 
+def _leftover_notes(blocks: Sequence[Block]) -> list[str]:
+    left = [t for b in blocks for t in b.trials if t.leftovers]
+    if not left:
+        return []
+    first = left[0]
+    return [
+        f"{len(left)} trial(s) left processes running after the job ended, stopped at the trial's end "
+        f"({sum(len(t.leftovers) for t in left)} in all; trial {first.number} (side {first.side}): "
+        f"{', '.join(first.leftovers[:5])})"
+    ]
+
+
 # -- a user's command ----------------------------------------------------------------------------
 
 
 def _tail(path: Path) -> str:
-    """The last TAIL_LINES lines of a job's output file (its last 16 KiB read)."""
+    """The last TAIL_LINES lines of a worker's error output file (its last 16 KiB read)."""
     return "\n".join(_read_capped(path, 16384).splitlines()[-TAIL_LINES:])
 
 
-def metric_value(pattern: re.Pattern[str], texts: Sequence[str]) -> float | None:
-    """The first group of the last line matching `pattern`, as a positive number (None: no match)."""
-    found: str | None = None
-    for text in texts:
-        for line in text.splitlines():
-            m = pattern.search(line)
-            if m is not None:
-                found = m.group(1) if m.groups() else m.group(0)
-    if found is None:
-        return None
-    try:
-        value = float(found.replace(",", ""))
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
-
-
-def _read_capped(path: Path, cap: int = OUTPUT_CAP) -> str:
+def _read_capped(path: Path, cap: int) -> str:
     """The last `cap` bytes of a file as text ("" when it cannot be read)."""
     try:
         with path.open("rb") as f:
@@ -337,13 +341,33 @@ def _read_capped(path: Path, cap: int = OUTPUT_CAP) -> str:
 class CommandWorkload:
     """A user's command, one fresh process per trial (B through `nodeagent exec --profile P`)."""
 
-    def __init__(self, a: Side, b: Side, label: str, metric: re.Pattern[str] | None = None) -> None:
+    def __init__(
+        self,
+        a: Side,
+        b: Side,
+        label: str,
+        metric: re.Pattern[str] | None = None,
+        trial_limit_s: float | None = None,
+    ) -> None:
         self.sides = {A: a, B: b}
         self.label = label
         self.pattern = metric
         self.metric = f"--metric {metric.pattern}" if metric is not None else ""
         self.trials = 0
         self.folder = Path(tempfile.mkdtemp(prefix="nodeagent-verify-"))
+        self.trial_limit_s = trial_limit_s  # --trial-timeout; None: from the first A trial
+        self.first_a_s: float | None = None
+        self.keep = limits.limit("NODEAGENT_TRIAL_TAIL_LINES")
+
+    def limit(self) -> tuple[float, str]:
+        """The time limit of the next trial, and where it comes from."""
+        if self.trial_limit_s is not None:
+            return self.trial_limit_s, "--trial-timeout"
+        if self.first_a_s is None:
+            return FIRST_TRIAL_LIMIT_S, "the limit of a first trial; give --trial-timeout SECONDS"
+        limit_s = max(LIMIT_FACTOR * self.first_a_s, LIMIT_MIN_S)
+        first = f"{self.first_a_s:.1f} s"
+        return limit_s, f"{LIMIT_FACTOR:g} x the first A trial's {first}, at least {LIMIT_MIN_S:g} s"
 
     def block(self, number: int, order: tuple[str, str], switch: Switch, on_trial: TrialFn) -> Block:
         out = Block(number, order)
@@ -398,39 +422,45 @@ class CommandWorkload:
         where = self.folder / f"trial-{n}"
         where.mkdir()
         env = measure.hook_env(spec.env, where / "measure")
-        out_path, err_path = where / "stdout", where / "stderr"
-        start = time.monotonic()
+        limit_s, why = self.limit()
         busy0, own0 = run.busy_cpu_s(), run.own_cpu_s()
         try:
-            with out_path.open("wb") as out, err_path.open("wb") as err:
-                code = _wait(
-                    subprocess.Popen(spec.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
-                )
+            ended = job_process.run(spec.argv, env, limit_s, self.keep)
         except OSError as e:
             t = Trial(n, block, side, None, 0.0, error=f"cannot start {spec.argv[0]}: {e.strerror or e}")
             return t, None
-        wall = time.monotonic() - start
         busy1 = run.busy_cpu_s()
         share = None
         if busy0 is not None and busy1 is not None:
-            share = run.interference(busy1 - busy0, run.own_cpu_s() - own0, wall, os.cpu_count() or 1)
-        trial = Trial(n, block, side, None, wall, share)
-        if code != 0:
-            last = _tail(err_path).strip().splitlines() or ["no message"]
-            trial.error = f"trial {n} (side {side}): the job exited with status {code}: {last[-1][:300]}"
+            share = run.interference(busy1 - busy0, run.own_cpu_s() - own0, ended.wall_s, os.cpu_count() or 1)
+        trial = Trial(n, block, side, None, ended.wall_s, share, leftovers=ended.leftovers)
+        figures = measure.read(where / "measure")
+        shutil.rmtree(where, ignore_errors=True)  # nothing of a trial is kept past it
+        trial.error = _failure(n, side, ended, limit_s, why)
+        if trial.error is not None:
             return trial, None
+        if side == A and self.first_a_s is None:
+            self.first_a_s = ended.wall_s
         if self.pattern is not None:
-            trial.rate = metric_value(self.pattern, [_read_capped(out_path), _read_capped(err_path)])
-            if trial.rate is None:
-                trial.error = (
-                    f"trial {n} (side {side}): no line of the job's output matched --metric "
-                    f"{self.pattern.pattern!r} with a positive number in its first group"
-                )
-        return trial, measure.read(where / "measure")
+            trial.error = self._read_metric(trial, ended)
+        return trial, figures
+
+    def _read_metric(self, trial: Trial, ended: job_process.Ended) -> str | None:
+        """Fill the trial's rate from the job's output; the error when it cannot."""
+        assert self.pattern is not None
+        try:
+            trial.rate = metric.rate(self.pattern.pattern, ended.stdout + ended.stderr)
+        except metric.MetricError as e:
+            return f"trial {trial.number} (side {trial.side}): {e}"
+        if trial.rate is not None:
+            return None
+        return (
+            f"trial {trial.number} (side {trial.side}): no line of the job's output (its last {self.keep} "
+            f"lines on each stream) matched --metric {self.pattern.pattern!r} with a positive number in "
+            "its first group"
+        )
 
     def close(self) -> None:
-        import shutil
-
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -445,14 +475,17 @@ def _block_share(trials: Sequence[Trial]) -> float | None:
     return sum((t.interference or 0.0) * t.wall_s for t in known) / wall
 
 
-def _wait(proc: subprocess.Popen[bytes]) -> int:
-    """The job's exit status; an interrupt kills it first (never leave a job behind)."""
-    try:
-        return proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def _failure(n: int, side: str, ended: job_process.Ended, limit_s: float, why: str) -> str | None:
+    """Why the trial failed (past its limit, or a non-zero exit), None when it did not."""
+    if ended.timed_out:
+        return (
+            f"trial {n} (side {side}): still running after {limit_s:.0f} s ({why}): its processes were "
+            "stopped"
+        )
+    if ended.code == 0:
+        return None
+    last = [line for line in ended.stderr if line.strip()][-1:] or ["no message"]
+    return f"trial {n} (side {side}): the job exited with status {ended.code}: {last[-1].strip()[:300]}"
 
 
 # -- the built-in workload -----------------------------------------------------------------------
@@ -463,8 +496,14 @@ class _Worker:
 
     def __init__(self, side: Side, stderr: IO[bytes]) -> None:
         self.side = side
+        # A session of its own, as a trial of a user's job: stopped whole when the trials are.
         self.proc = subprocess.Popen(
-            side.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=side.env
+            side.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=side.env,
+            start_new_session=True,
         )
         self.lines: queue.Queue[bytes] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -561,6 +600,10 @@ class BuiltinWorkload:
                     problem = f"block {number}: the side {s} worker did not start: {e}: {last[-1][:300]}"
                     break
             yield workers, problem
+        except BaseException:  # interrupted: the workers are stopped now, not after their repeat
+            for w in workers.values():
+                job_process.stop_session(w.proc)
+            raise
         finally:
             for w in workers.values():
                 w.stop()
@@ -592,8 +635,6 @@ class BuiltinWorkload:
         return trial
 
     def close(self) -> None:
-        import shutil
-
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

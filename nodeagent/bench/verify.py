@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.bench import ab, paired, run, stats
+from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ class Job:
     metric: str | None = None  # a regular expression: its first group is the rate
     quick: bool = False
     pairs: int | None = None  # the block limit (pairs of trials, or of processes for the built-in)
+    trial_timeout: float | None = None  # seconds a trial of a command may take (None: from the first A trial)
 
     @property
     def builtin(self) -> bool:
@@ -100,6 +102,13 @@ class Job:
         """The usage errors, before anything runs."""
         if self.builtin and self.metric is not None:
             raise UsageError("--metric reads the output of your command: give the command after `--`")
+        if self.builtin and self.trial_timeout is not None:
+            raise UsageError(
+                "--trial-timeout limits each trial of your command: give the command after `--` (the "
+                f"built-in workload's workers have their own limit, {WORKER_TIMEOUT_S:.0f} s per answer)"
+            )
+        if self.trial_timeout is not None and not (0 < self.trial_timeout < float("inf")):
+            raise UsageError(f"--trial-timeout {self.trial_timeout}: a positive number of seconds")
         self.pattern()
         self.design()
 
@@ -137,7 +146,7 @@ def workload(job: Job, a_profile: str, b_profile: str) -> ab.Workload:
     if job.command is not None:
         a = ab.Side(ab.A, _through(a_profile, job.command), env)
         b = ab.Side(ab.B, _through(b_profile, job.command), env)
-        return ab.CommandWorkload(a, b, job.label, job.pattern())
+        return ab.CommandWorkload(a, b, job.label, job.pattern(), job.trial_timeout)
     sizes = run.sizes_for(job.quick)
     data = run.ensure_data(sizes)
     worker = [*run.worker_argv("tuned", data, sizes), "--serve"]
@@ -157,8 +166,9 @@ def side_a_profile(text: str | None, base: Path | None = None) -> Iterator[str]:
 
     name = A_PROFILE.format(pid=os.getpid())
     path = profile.profile_path(name, base)
-    write_atomic(path, text if text is not None else "{}\n")
     try:
+        with interrupt.critical():  # an interrupt waits for the write, then `finally` removes it
+            write_atomic(path, text if text is not None else "{}\n")
         yield name
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -318,8 +328,13 @@ def verify_profile(
     from nodeagent.tuning.state import StateDiskError
 
     job.validate()
-    profile.load(profile_name)  # absent or unreadable: one line, before anything runs
     journals = profile_journals(profile_name)
+    # Absent or unreadable: one line, before anything runs. A profile may be runtime values alone
+    # (`tune --apply --only thp --profile P` writes journals and no settings file).
+    if journals:
+        profile.load_if_present(profile_name)
+    else:
+        profile.load(profile_name)
     result = trials(job, profile_name, journals, None, on_trial, on_block)
     out = ProfileVerdict(
         profile_name, job, result, settings_diff(None, _profile_text(profile_name)), _runtime(journals)
@@ -447,24 +462,28 @@ def _judge(
     on_trial: ab.TrialFn | None,
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None,
 ) -> ChangeVerdict:
-    from nodeagent.tuning import apply
+    from nodeagent.tuning import apply, journal
 
     a_text = _profile_text(profile_name)
-    applied = apply.apply(host, [plan], profile_name, verifiers=verifiers)
-    if applied.journal is None:
-        return ChangeVerdict(plan.tuner, NOTHING, applied=applied)
-    j = applied.journal
-    out = ChangeVerdict(plan.tuner, KEPT, applied=applied, runtime=_runtime([j]))
-    out.settings = settings_diff(a_text, _profile_text(profile_name))
+    applied: ApplyResult | None = None
     try:
+        with interrupt.critical():  # an interrupt during the apply waits until its journal is known here
+            applied = apply.apply(host, [plan], profile_name, verifiers=verifiers)
+        if applied.journal is None:
+            return ChangeVerdict(plan.tuner, NOTHING, applied=applied)
+        j = applied.journal
+        out = ChangeVerdict(plan.tuner, KEPT, applied=applied, runtime=_runtime([j]))
+        out.settings = settings_diff(a_text, _profile_text(profile_name))
         out.result = trials(job, profile_name, [j], a_text, on_trial, on_block)
+        if out.result.verdict != stats.FASTER:
+            out.decision = REVERTED
+            out.reverted = apply.revert(j)
+        return out
     except BaseException:
-        apply.revert(j)  # interrupted or refused between apply and decision: leave the node as it was
+        # Interrupted or refused between apply and decision: the node is left as it was.
+        if applied is not None and applied.journal is not None and applied.journal.state == journal.APPLIED:
+            apply.revert(applied.journal)
         raise
-    if out.result.verdict != stats.FASTER:
-        out.decision = REVERTED
-        out.reverted = apply.revert(j)
-    return out
 
 
 def _remember(out: StepwiseResult, node: str, profile_name: str, c: ChangeVerdict) -> None:

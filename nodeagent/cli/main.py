@@ -30,9 +30,9 @@ from nodeagent.cli.options import (
     write_outputs,
 )
 from nodeagent.cli.preflight import register as register_gate_commands
-from nodeagent.cli.verify import metric_option, pairs_option
+from nodeagent.cli.verify import metric_option, pairs_option, trial_timeout_option
 from nodeagent.cli.verify import register as register_verify_commands
-from nodeagent.core import limits
+from nodeagent.core import interrupt, limits
 from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -397,6 +397,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 )
 @pairs_option
 @metric_option
+@trial_timeout_option
 @click.option(
     "--ranks",
     type=click.IntRange(min=1, max=limits.MAX_RANKS),
@@ -425,6 +426,7 @@ def tune(
     quick: bool,
     pairs: int | None,
     metric: str | None,
+    trial_timeout: float | None,
     ranks: int | None,
     persist: bool,
     fmt: str,
@@ -438,13 +440,15 @@ def tune(
     With --cluster or --hosts, nodeagent installed on each host plans (and applies) there; with
     --slurm, on each node as a Slurm job step (--root, when given, is read there).
     With --verify each change is applied alone and kept only when A/B trials of CMD show it
-    faster: nodeagent tune [...] --apply --verify [--quick] [--pairs N] [--metric REGEX] [-- CMD ...]
+    faster: nodeagent tune [...] --apply --verify [--quick] [--pairs N] [--metric REGEX]
+    [--trial-timeout S] [-- CMD ...]
 
     Exit codes: 0 planned, applied (--verify: at least one change kept); 1 --verify kept none, or
     a change took only in part (a WARN read back); 2 a change did not take, or a trial failed; 64
     bad input; 74 the state disk is full or failing (before the first write: nothing changed;
     later: every value restored); 75 another apply/revert holds the state lock
-    (nodeagent/tuning/state.py).
+    (nodeagent/tuning/state.py); 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP (the change
+    being judged is reverted, the trial's processes stopped).
     """
     from nodeagent.app import tune as tuning
 
@@ -461,6 +465,7 @@ def tune(
         argv += ["--quick"] if quick else []
         argv += [f"--pairs={pairs}"] if pairs else []
         argv += [f"--metric={metric}"] if metric else []
+        argv += [f"--trial-timeout={trial_timeout}"] if trial_timeout else []
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
         argv += [f"--root={root}"] if root else []  # with --slurm: what each node reads
         argv += ["--", *command] if command else []
@@ -481,9 +486,11 @@ def tune(
         from nodeagent.bench.verify import Job
 
         playbook_quick = request.playbook is not None and request.playbook.bench.quick
-        job = Job(command or None, metric, quick or playbook_quick, pairs)
-    elif command or pairs or metric:
-        raise UsageError("a command, --pairs and --metric are for --verify: give --apply --verify too")
+        job = Job(command or None, metric, quick or playbook_quick, pairs, trial_timeout)
+    elif command or pairs or metric or trial_timeout:
+        raise UsageError(
+            "a command, --pairs, --metric and --trial-timeout are for --verify: give --apply --verify too"
+        )
     tuning.validate(request, do_apply, job, quick)
     if job is not None and do_apply:
         from nodeagent.render.verify import BlockLines
@@ -789,6 +796,13 @@ def list_tuners(show_params: bool) -> None:
         out.print()
 
 
+def _interrupted(e: KeyboardInterrupt) -> NoReturn:
+    """Exit 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP), once the clean-up of
+    every `finally` on the way here is done."""
+    by = f" by {e.name}" if isinstance(e, interrupt.Interrupted) else ""
+    _fail(f"interrupted{by}", interrupt.exit_code(e))
+
+
 def _fail(message: str, code: int) -> NoReturn:
     click.echo(f"nodeagent: {message}", err=True)
     sys.exit(code)
@@ -840,7 +854,8 @@ def main(argv: list[str] | None = None) -> Any:
     see _quiet_libraries)."""
     _quiet_libraries()
     try:
-        return cli.main(args=argv, prog_name="nodeagent", standalone_mode=False)
+        with interrupt.handled():  # SIGTERM and SIGHUP stop a command as Ctrl-C does, cleaning up
+            return cli.main(args=argv, prog_name="nodeagent", standalone_mode=False)
     except UsageError as e:
         _fail(f"error: {e}", e.exit_code)
     except click.exceptions.NoArgsIsHelpError as e:
@@ -851,10 +866,10 @@ def main(argv: list[str] | None = None) -> Any:
         _fail(f"error: {e.format_message()}{hint}", EX_USAGE)
     except click.ClickException as e:
         _fail(f"error: {e.format_message()}", EX_USAGE)
-    except click.exceptions.Abort:
-        _fail("aborted", 130)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
+    except click.exceptions.Abort as e:  # click's name for an interrupt (its __cause__) or EOF at a prompt
+        _interrupted(e.__cause__ if isinstance(e.__cause__, KeyboardInterrupt) else KeyboardInterrupt())
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     except BrokenPipeError:
         # The reader went away (`nodeagent check | head`): not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

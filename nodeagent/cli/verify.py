@@ -23,6 +23,14 @@ metric_option = click.option(
     "jobs, else 1 / wall time).",
 )
 
+trial_timeout_option = click.option(
+    "--trial-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Stop a trial of CMD still running after SECONDS (the trial fails). Default: 5 x the first A "
+    "trial's wall time, at least 60 s (the first trial: an hour).",
+)
+
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
@@ -35,26 +43,38 @@ metric_option = click.option(
 )
 @pairs_option
 @metric_option
+@trial_timeout_option
 @format_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify(
-    profile_name: str, quick: bool, pairs: int | None, metric: str | None, fmt: str, command: tuple[str, ...]
+    profile_name: str,
+    quick: bool,
+    pairs: int | None,
+    metric: str | None,
+    trial_timeout: float | None,
+    fmt: str,
+    command: tuple[str, ...],
 ) -> None:
     """Is the job faster with the profile? Interleaved A/B trials, paired, until the answer is clear.
 
-    nodeagent verify [--profile NAME] [--quick] [--pairs N] [--metric REGEX] [-- CMD ...]
+    nodeagent verify [--profile NAME] [--quick] [--pairs N] [--metric REGEX] [--trial-timeout S] [-- CMD ...]
 
     A runs CMD as it is, B through `nodeagent exec --profile NAME`, in the order A B B A A B ...;
     the profile's runtime values (applied journals) are switched for each side. Without CMD, the
     built-in tf.data + XLA workload. Every run adds a record to `nodeagent history`.
 
+    Each trial runs in a session of its own: what it leaves running is stopped when it ends, and
+    SIGINT, SIGTERM or SIGHUP stop the trial, put the runtime values back as the journals say and
+    remove the temporary profile.
+
     Exit codes: 0 B is significantly faster; 1 it is not (no significant difference, or slower);
-    2 a trial failed (the job exited non-zero, or its figure could not be read); 64 bad input.
+    2 a trial failed (the job exited non-zero or ran past its limit, or its figure could not be
+    read); 64 bad input; 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP.
     """
     from nodeagent.app import verify as verifying
     from nodeagent.render.verify import BlockLines
 
-    request = verifying.VerifyRequest(profile_name, command, quick, pairs, metric)
+    request = verifying.VerifyRequest(profile_name, command, quick, pairs, metric, trial_timeout)
     verifying.validate(request)
     ran = verifying.run(request, on_block=BlockLines())
     if fmt == "json":

@@ -42,6 +42,11 @@ DEFAULTS: dict[str, tuple[int, str]] = {
     "NODEAGENT_MAX_ALIAS_VALUES": (10_000, "values"),
     # The verify history (<state>/history.jsonl): a record is about 1 KiB, so some 60,000 decisions.
     "NODEAGENT_MAX_HISTORY_MIB": (64, "MiB"),
+    # Lines of a verify trial's stdout and of its stderr kept (each cut at 4 KiB): --metric reads them.
+    "NODEAGENT_TRIAL_TAIL_LINES": (1000, "lines"),
+    # Matching --metric against one trial's kept lines; past it the trial fails (a pattern that
+    # backtracks: Python's re cannot be interrupted, so the match runs in an interpreter of its own).
+    "NODEAGENT_METRIC_TIMEOUT_S": (2, "s"),
 }
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.api.tune import Change, Plan, Scope, _restorable, _same, verify_writes
+from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host, LocalHost, SnapshotHost
@@ -153,7 +154,9 @@ def apply(
     if not work.writes and not work.settings and not work.host_files:
         return ApplyResult(None, None, _verify(host, work.runtime, verifiers), work.skipped, persisting)
     base = state or state_dir()
-    with lock(base):
+    # From the journal's creation to the profile's save, a signal waits: a SIGTERM between two
+    # writes would leave a journal describing values that are only half written.
+    with lock(base), interrupt.critical():
         return _apply_locked(host, work, profile_name, base, verifiers)
 
 
@@ -448,7 +451,7 @@ def _file_now(now: str | None) -> str:
 def revert(j: journal.Journal) -> list[Finding]:
     """Restore every old value of a journal that still holds what the apply wrote, and report what
     is back; a value changed since is a conflict, left alone. Safe to run again."""
-    with lock(j.path.parent.parent):
+    with lock(j.path.parent.parent), interrupt.critical():  # every value back, or none touched
         check_owned(j)
         return _revert_locked(j)
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodeagent.api.tune import _same
+from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
 from nodeagent.host import Host
 from nodeagent.tuning import journal
@@ -67,6 +68,10 @@ class RuntimeSwitch:
         if not self.writes or self.side == side:
             self.side = side
             return
+        with interrupt.critical():  # a side is switched whole: never half A, half B
+            self._switch(side)
+
+    def _switch(self, side: str) -> None:
         ordered = self.writes if side == B else list(reversed(self.writes))
         pending = [w for w in ordered if self._needs_write(w, side)]
         for w in pending:

@@ -1,0 +1,125 @@
+"""SIGINT, SIGTERM and SIGHUP during an A trial and during a B trial of `nodeagent verify` and of
+`nodeagent tune --apply --verify`, on a fake root and on this machine's THP: each leaves the runtime
+values as the journal says, no process of the trial alive, the journal consistent, and exits 128 +
+the signal's number (tests/signal_trials.py says what is checked; tests/perf/verify_signals.py runs
+each case twenty times).
+
+And the parts on their own: the interrupt module (a second signal does not cut the clean-up, a
+critical section delays the first), a trial's time limit, its leftovers, its output kept as its last
+lines, and a backtracking --metric stopped at its limit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nodeagent.bench import ab, job_process, metric
+from nodeagent.core import interrupt
+from tests import signal_trials
+
+pytestmark = pytest.mark.slow
+needs_root_thp = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access(signal_trials.THP, os.W_OK),
+    reason="this machine's THP selector is not writable here (root on a kernel with THP)",
+)
+
+
+@pytest.mark.parametrize("case", signal_trials.cases(live=False), ids=lambda c: c.name)
+def test_a_signal_during_a_trial_on_a_fake_root(case: signal_trials.Case, tmp_path: Path) -> None:
+    assert signal_trials.run_once(case, tmp_path) == []
+
+
+@needs_root_thp
+@pytest.mark.xdist_group(name="live-thp")  # one machine-wide value: one test at a time
+@pytest.mark.parametrize("case", signal_trials.cases(live=True), ids=lambda c: c.name)
+def test_a_signal_during_a_trial_on_this_machine(case: signal_trials.Case, tmp_path: Path) -> None:
+    with signal_trials.live_thp():
+        assert signal_trials.run_once(case, tmp_path) == []
+
+
+# -- the interrupt module --------------------------------------------------------------------------
+
+
+def test_sigterm_and_sighup_raise_like_sigint_and_a_second_signal_is_held() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        cleaned = False
+        with pytest.raises(interrupt.Interrupted) as e, interrupt.handled():
+            try:
+                os.kill(os.getpid(), sig)
+                time.sleep(5)
+            finally:
+                os.kill(os.getpid(), signal.SIGTERM)  # the scheduler again: the clean-up goes on
+                time.sleep(0.01)
+                cleaned = True
+        assert e.value.signum == sig and cleaned
+        assert interrupt.exit_code(e.value) == 128 + sig
+
+
+def test_a_signal_inside_a_critical_section_waits_for_its_end() -> None:
+    done = []
+    with pytest.raises(interrupt.Interrupted), interrupt.handled():
+        with interrupt.critical():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.01)
+            done.append("second write")  # not cut off between the two writes
+        done.append("after")  # never reached: the interrupt is raised as the section ends
+    assert done == ["second write"]
+
+
+# -- a trial's process -----------------------------------------------------------------------------
+
+
+def test_a_trial_past_its_limit_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    script = f"sleep 300 & echo $! > {pids}; echo started; sleep 300"
+    ended = job_process.run(["sh", "-c", script], os.environ, 1.0, 10)
+    assert ended.timed_out and ended.stdout == ["started"]
+    assert not signal_trials._alive(int(pids.read_text()))
+
+
+def test_what_a_trial_leaves_running_is_stopped_and_named(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    ended = job_process.run(["sh", "-c", f"sleep 300 & echo $! > {pids}; echo done"], os.environ, 60, 10)
+    assert ended.code == 0 and ended.stdout == ["done"]
+    left = int(pids.read_text())
+    # Named as it was when stopped: "sleep", or "sh" when stopped before its exec.
+    assert ended.leftovers in ([f"sleep (pid {left})"], [f"sh (pid {left})"])
+    assert not signal_trials._alive(left)
+
+
+def test_only_the_last_lines_of_a_trials_output_are_kept_each_cut() -> None:
+    # 200,000 lines, one of 1 MiB without a newline before the last few.
+    code = (
+        "import sys\n"
+        "for i in range(200000): print(f'line {i}')\n"
+        "sys.stdout.write('x' * (1 << 20) + '\\n')\n"
+        "print('rate: 42.5')\n"
+    )
+    ended = job_process.run([sys.executable, "-c", code], os.environ, 120, 5)
+    assert ended.code == 0
+    assert ended.stdout[:3] == ["line 199997", "line 199998", "line 199999"]
+    assert ended.stdout[3] == "x" * job_process.LINE_BYTES and ended.stdout[4] == "rate: 42.5"
+
+
+def test_a_backtracking_metric_is_stopped_at_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEAGENT_METRIC_TIMEOUT_S", "1")
+    with pytest.raises(metric.MetricError, match="NODEAGENT_METRIC_TIMEOUT_S"):
+        metric.rate(r"^(a+)+$", ["a" * 40 + "!"])
+    assert metric.rate(r"rate: ([0-9.,]+)", ["rate: 1", "rate: 2,500.5 img/s", "done"]) == 2500.5
+    assert metric.rate(r"rate: ([0-9.]+)", ["rate: 0"]) is None  # not a positive figure
+
+
+def test_a_stuck_trial_fails_verify_at_the_limit(tmp_path: Path) -> None:
+    side = ab.Side(ab.A, ["sleep", "300"], dict(os.environ))
+    work = ab.CommandWorkload(side, ab.Side(ab.B, ["sleep", "300"], dict(os.environ)), "job", None, 1.0)
+    try:
+        block = work.block(1, ("A", "B"), lambda _side: None, lambda _t: None)
+    finally:
+        work.close()
+    assert block.error is not None and "still running after 1 s (--trial-timeout)" in block.error
