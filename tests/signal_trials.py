@@ -1,5 +1,5 @@
 """Interrupting verify's A/B trials: SIGINT, SIGTERM or SIGHUP while a trial of side A or side B
-runs, and what must hold afterwards (tests/test_verify_signals.py runs each case once,
+runs, and what must hold afterwards (tests/test_signals.py runs each case once,
 tests/perf/verify_signals.py twenty times).
 
 The job reads the THP selector (of a fake root, or of this machine) to know its side (B runs with

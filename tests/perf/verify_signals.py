@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -27,6 +28,11 @@ def main() -> int:
     ap.add_argument("--tries", type=int, default=20)
     ap.add_argument("--fake-only", action="store_true", help="leave this machine's THP alone")
     args = ap.parse_args()
+    # Started in the background (`&`, nohup), this process ignores SIGINT or SIGHUP, and so would
+    # the runs it starts (an ignored signal stays ignored across exec): they must see each signal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C still puts THP back
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     live = [False] if args.fake_only or not os.access(signal_trials.THP, os.W_OK) else [False, True]
     failures = 0
     for case in [c for flag in live for c in signal_trials.cases(flag)]:

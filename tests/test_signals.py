@@ -4,15 +4,18 @@ values as the journal says, no process of the trial alive, the journal consisten
 the signal's number (tests/signal_trials.py says what is checked; tests/perf/verify_signals.py runs
 each case twenty times).
 
-And the parts on their own: the interrupt module (a second signal does not cut the clean-up, a
-critical section delays the first), a trial's time limit, its leftovers, its output kept as its last
-lines, and a backtracking --metric stopped at its limit.
+A fleet run stops at once on each signal too (exit 128 + the signal). And the parts on their own:
+the interrupt module (a second signal does not cut the clean-up, a critical section delays the
+first), a trial's time limit, its leftovers, its output kept as its last lines, and a backtracking
+--metric stopped at its limit.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,6 +27,7 @@ from nodeagent.core import interrupt
 from tests import signal_trials
 
 pytestmark = pytest.mark.slow
+WAIT_S = 30.0
 needs_root_thp = pytest.mark.skipif(
     os.geteuid() != 0 or not os.access(signal_trials.THP, os.W_OK),
     reason="this machine's THP selector is not writable here (root on a kernel with THP)",
@@ -41,6 +45,44 @@ def test_a_signal_during_a_trial_on_a_fake_root(case: signal_trials.Case, tmp_pa
 def test_a_signal_during_a_trial_on_this_machine(case: signal_trials.Case, tmp_path: Path) -> None:
     with signal_trials.live_thp():
         assert signal_trials.run_once(case, tmp_path) == []
+
+
+# -- a fleet run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_fleet_run_stops_at_once_on_each_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    """Two hosts whose SSH server accepts and never answers (a hung sshd): the run would wait for
+    its 60 s connect timeout; each signal stops it at once, exit 128 + the signal."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        f"defaults: {{user: root, port: {port}, connect_timeout: 60, command_timeout: 120}}\n"
+        "hosts: [{name: n1, host: 127.0.0.1}, {name: n2, host: 127.0.0.1}]\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nodeagent", "check", "--cluster", str(inventory)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        accepted: list[socket.socket] = []
+        server.settimeout(WAIT_S)
+        while len(accepted) < 2:  # both hosts are being connected to: the run is under way
+            accepted.append(server.accept()[0])
+        proc.send_signal(sig)
+        err = proc.communicate(timeout=WAIT_S)[1].decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.close()
+    assert proc.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1] == f"nodeagent: interrupted by {sig.name}"
 
 
 # -- the interrupt module --------------------------------------------------------------------------
