@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -340,6 +342,26 @@ def test_the_real_tui_in_a_real_terminal(tmp_path: Path) -> None:
         while term.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not term.alive(), term.screen()
+
+
+@pytest.mark.skipif(tmux_missing() is not None, reason=str(tmux_missing()))
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_the_real_tui_stopped_by_a_signal_gives_the_terminal_back(sig: signal.Signals) -> None:
+    """A scheduler's SIGTERM or a hung-up terminal's SIGHUP ends the TUI as Ctrl-C ends a command:
+    the screen is the shell's again, one line says why, exit 128 + the signal."""
+    import psutil
+
+    nodeagent = shlex.join([str(Path(sys.executable).with_name("nodeagent")), "tui", "--root", str(VM)])
+    name = f"nodeagent-test-{os.getpid()}-{sig.name}"
+    with TmuxSession(
+        name, ["sh", "-c", f"{nodeagent}; echo EXIT=$?; sleep 60"], width=100, height=30
+    ) as term:
+        term.wait_for("status by area", "Kernel and threads", "WARN")
+        (tui,) = psutil.Process(term.pane_pid()).children()
+        tui.send_signal(sig)
+        screen = term.wait_for(f"EXIT={128 + sig}")
+        assert f"nodeagent: interrupted by {sig.name}" in screen
+        assert "status by area" not in screen  # the TUI's screen is gone: the terminal is restored
 
 
 def test_a_playbook_chooses_the_checks_and_adds_its_thresholds() -> None:

@@ -45,6 +45,16 @@ class TmuxSession:
             == 0
         )
 
+    def pane_pid(self) -> int:
+        """The PID of the process tmux started in the pane."""
+        proc = subprocess.run(
+            ["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(proc.stdout.strip())
+
     def keys(self, *keys: str) -> None:
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
