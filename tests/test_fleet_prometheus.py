@@ -338,8 +338,8 @@ def test_credentials_in_the_url_go_to_the_header_never_to_a_message(
 
 
 @contextlib.contextmanager
-def serving(handle: Any) -> Iterator[str]:
-    """A local HTTP server whose GET is `handle(request_handler)`."""
+def serving(handle: Any, address: str = "127.0.0.1") -> Iterator[str]:
+    """A local HTTP server on `address` (a loopback address) whose GET is `handle(request_handler)`."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -348,11 +348,11 @@ def serving(handle: Any) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((address, 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{address}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -418,6 +418,40 @@ def test_prometheus_that_does_not_answer_in_time(capsys: pytest.CaptureFixture[s
     assert code == EX_UNAVAILABLE and took < 5
     _one_line(err)
     assert "no answer within 0.3s" in err
+
+
+# --- what a server can do to the client: redirect it ---------------------------------------------
+
+
+@pytest.mark.parametrize("elsewhere", ["127.0.0.2", "127.0.0.1"], ids=["other address", "other port"])
+def test_a_redirect_is_not_followed_so_the_credentials_stay_with_the_server_given(
+    capsys: pytest.CaptureFixture[str], elsewhere: str
+) -> None:
+    """urllib followed a redirect to whatever host it named and sent `user:password` along."""
+    seen: list[str | None] = []  # the Authorization of each request the other server got
+
+    def other(h: http.server.BaseHTTPRequestHandler) -> None:
+        seen.append(h.headers.get("Authorization"))
+        _reply(200, json.dumps(answer(ALL["exchanges"], "/api/v1/query", "time()")).encode())(h)
+
+    with serving(other, elsewhere) as there:
+        location = f"{there}/api/v1/query?query=time%28%29"
+
+        def redirect(h: http.server.BaseHTTPRequestHandler) -> None:
+            h.send_response(302)
+            h.send_header("Location", location)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+
+        with serving(redirect) as url:
+            with_credentials = url.replace("http://", "http://monitor:s3cret@")
+            code, out, err = run_main(capsys, "fleet", "--prometheus", with_credentials)
+    assert all(auth is None for auth in seen), seen  # never the credentials
+    assert seen == []  # nor any request: a redirect is not followed at all
+    assert (code, out) == (EX_UNAVAILABLE, "")
+    _one_line(err)
+    assert f"{url}/api/v1/query" in err and location in err and "HTTP 302" in err
+    assert "s3cret" not in err and "monitor" not in err
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ import urllib.error
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -32,6 +32,9 @@ from nodeagent import __version__
 from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status
+
+if TYPE_CHECKING:
+    import urllib.request
 
 # The numbers of nodeagent's status gauges, the same as `nodeagent check`'s exit codes apart from
 # SKIPPED, so that `> 0` means "look at it".
@@ -316,10 +319,12 @@ class Client:
             headers["Authorization"] = self.endpoint.authorization
         request = urllib.request.Request(url, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with _opener().open(request, timeout=self.timeout_s) as response:
                 return response.status, self._read(response)
         except urllib.error.HTTPError as e:
             with e:
+                if 300 <= e.code < 400:
+                    raise self._redirected(f"{self.url}{path}", e.code, e.headers.get("Location")) from None
                 return e.code, self._read(e)
         except TimeoutError:  # while reading the answer
             raise self._unreachable(self._late()) from None
@@ -338,11 +343,32 @@ class Client:
             )
         return body
 
+    def _redirected(self, where: str, status: int, location: str | None) -> PrometheusUnavailable:
+        target = repr(urllib.parse.urljoin(where, location)[:_ERROR_TEXT]) if location else "nowhere"
+        return PrometheusUnavailable(
+            f"{where} answered HTTP {status}, a redirect to {target}: not followed (the credentials "
+            "would go along to whichever server it names); give Prometheus's own address as --prometheus"
+        )
+
     def _late(self) -> str:
         return f"no answer within {self.timeout_s:g}s (--timeout)"
 
     def _unreachable(self, reason: str) -> PrometheusUnavailable:
         return PrometheusUnavailable(f"cannot read Prometheus at {self.url}: {reason}")
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies from the environment, as urlopen) that follows no redirect: a
+    redirect is an answer (HTTPError 3xx). urllib would send the request's headers, the
+    Authorization of `user:password@` too, to whatever server the Location names, and over plain
+    http after https."""
+    import urllib.request
+
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return urllib.request.build_opener(NoRedirects)
 
 
 def _is_answer(raw: Any) -> bool:
