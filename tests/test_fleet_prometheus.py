@@ -420,7 +420,7 @@ def test_prometheus_that_does_not_answer_in_time(capsys: pytest.CaptureFixture[s
     assert "no answer within 0.3s" in err
 
 
-# --- what a server can do to the client: redirect it ---------------------------------------------
+# --- what a server can do to the client: redirect it, drip --------------------------------------
 
 
 @pytest.mark.parametrize("elsewhere", ["127.0.0.2", "127.0.0.1"], ids=["other address", "other port"])
@@ -452,6 +452,51 @@ def test_a_redirect_is_not_followed_so_the_credentials_stay_with_the_server_give
     _one_line(err)
     assert f"{url}/api/v1/query" in err and location in err and "HTTP 302" in err
     assert "s3cret" not in err and "monitor" not in err
+
+
+def _drip(where: str, interval_s: float, count: int, sent: list[int], done: threading.Event) -> Any:
+    """A handler that sends its answer's headers (where="headers") or body one byte every
+    `interval_s`, `count` bytes, then an end; `sent` gets how many it sent before the client hung up."""
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        n = 0
+        try:
+            h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            if where == "headers":
+                h.wfile.write(b"X-Padding: ")
+            else:
+                h.wfile.write(b"Content-Length: %d\r\n\r\n" % count)
+            for _ in range(count):
+                time.sleep(interval_s)
+                h.wfile.write(b"x" if where == "headers" else b" ")
+                n += 1
+            if where == "headers":
+                h.wfile.write(b"\r\nContent-Length: 0\r\n\r\n")
+        except OSError:  # the client hung up
+            pass
+        finally:
+            h.close_connection = True
+            sent.append(n)
+            done.set()
+
+    return handle
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_dripping_server_is_cut_at_the_deadline(capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """--timeout bounded each read of the socket, so a server sending a byte at a time, each within
+    the timeout, held the fleet view as long as it liked: it is the whole request's deadline."""
+    sent: list[int] = []
+    done = threading.Event()
+    count = 300  # 6 s at 20 ms a byte, far past the 0.5 s deadline
+    with serving(_drip(where, 0.02, count, sent, done)) as url:
+        code, out, err = run_main(capsys, "fleet", "--prometheus", url, "--timeout", "0.5")
+        assert done.wait(30)
+    assert (code, out) == (EX_UNAVAILABLE, "")
+    _one_line(err)
+    assert url in err and "no answer within 0.5s (--timeout)" in err
+    (n,) = sent
+    assert n < count  # the connection was closed on the server: not read to the end in the background
 
 
 @pytest.mark.parametrize(

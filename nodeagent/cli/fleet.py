@@ -62,7 +62,7 @@ _seconds = click.FloatRange(min=0, min_open=True)
     default=DEFAULT_TIMEOUT_S,
     show_default=True,
     metavar="SECONDS",
-    help="Seconds each request to Prometheus may take.",
+    help="Seconds each request to Prometheus may take, whole: connecting, the headers and the answer.",
 )
 @format_option
 def fleet(

@@ -7,19 +7,22 @@
   into label matchers that can join the other matchers of a query.
 - `Client`: instant queries (`/api/v1/query`) at one evaluation time, and the scrape targets'
   health (`/api/v1/targets`). Every answer is parsed by schema (pydantic); a server that cannot be
-  reached, does not answer in time or does not answer like Prometheus is one line naming the URL
-  (PrometheusUnavailable, exit 69), a query Prometheus rejects is one line naming the query
+  reached, does not answer in time (the whole request, `timeout_s`), redirects elsewhere (never
+  followed: the credentials would go along) or does not answer like Prometheus is one line naming
+  the URL (PrometheusUnavailable, exit 69), a query Prometheus rejects is one line naming the query
   (exit 64: the part of a query the user writes is the selector).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import json
 import math
 import re
 import socket
+import threading
 import urllib.error
 import urllib.parse
 from collections.abc import Mapping
@@ -29,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nodeagent import __version__
-from nodeagent.core import limits
+from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status
 
@@ -232,7 +235,7 @@ class Endpoint:
 
 
 class Client:
-    """Prometheus's HTTP API at `url`; each request within `timeout_s` seconds."""
+    """Prometheus's HTTP API at `url`; each request, whole, within `timeout_s` seconds."""
 
     def __init__(self, url: str, timeout_s: float = 10.0) -> None:
         self.endpoint = Endpoint.parse(url)
@@ -310,7 +313,30 @@ class Client:
 
     def get(self, path: str, params: Mapping[str, str]) -> tuple[int, bytes]:
         """GET `path` with `params`: the HTTP status and the body (an error's body too, since
-        Prometheus explains a refusal there)."""
+        Prometheus explains a refusal there).
+
+        The whole request, connecting, the headers and the body, within `timeout_s`: a socket's
+        timeout bounds each read only, and a server sending a byte now and then, each in time, held
+        the view as long as it liked. The request runs on a pool worker (the resolver cannot be
+        interrupted) and, when overdue, its connection is shut so that the worker stops reading."""
+        sockets = _Sockets()
+
+        def one(_: int) -> tuple[int, bytes] | Exception:
+            try:
+                return self._exchange(path, params, sockets)
+            except Exception as e:  # a pool job returns its error; the waiting thread raises it
+                return e
+
+        for done in pool.bounded([0], one, 1, lambda _: self.timeout_s, "nodeagent-prometheus"):
+            if isinstance(done.outcome, pool.Overdue):
+                sockets.shut()
+                raise self._unreachable(self._late())
+            if isinstance(done.outcome, Exception):
+                raise done.outcome
+            return done.outcome
+        raise AssertionError("the pool gave no outcome")  # bounded yields one per item
+
+    def _exchange(self, path: str, params: Mapping[str, str], sockets: _Sockets) -> tuple[int, bytes]:
         import urllib.request
 
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
@@ -319,7 +345,7 @@ class Client:
             headers["Authorization"] = self.endpoint.authorization
         request = urllib.request.Request(url, headers=headers)
         try:
-            with _opener().open(request, timeout=self.timeout_s) as response:
+            with _opener(sockets).open(request, timeout=self.timeout_s) as response:
                 return response.status, self._read(response)
         except urllib.error.HTTPError as e:
             with e:
@@ -357,18 +383,66 @@ class Client:
         return PrometheusUnavailable(f"cannot read Prometheus at {self.url}: {reason}")
 
 
-def _opener() -> urllib.request.OpenerDirector:
-    """urllib's opener (proxies from the environment, as urlopen) that follows no redirect: a
-    redirect is an answer (HTTPError 3xx). urllib would send the request's headers, the
-    Authorization of `user:password@` too, to whatever server the Location names, and over plain
-    http after https."""
+class _Sockets:
+    """The sockets one request opened, shut from another thread at the request's deadline: a
+    read blocked on them returns at once (closing would not wake it), and one connected later is
+    shut as it connects."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._shut = False
+
+    def opened(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._open.append(sock)
+            if self._shut:
+                _shut(sock)
+
+    def shut(self) -> None:
+        with self._lock:
+            self._shut = True
+            for sock in self._open:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # socket.socket's own shutdown, on the descriptor: an SSLSocket's would drop its TLS state under
+    # the thread reading. The descriptor stays open while the answer is read (the response holds it)
+    # and is -1 once closed (then OSError), so no other socket is ever shut.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _opener(sockets: _Sockets) -> urllib.request.OpenerDirector:
+    """urllib's opener (proxies from the environment, as urlopen) whose connections tell `sockets`
+    of their socket once connected (through a proxy's tunnel and TLS too), and that follows no
+    redirect: a redirect is an answer (HTTPError 3xx). urllib would send the request's headers,
+    the Authorization of `user:password@` too, to whatever server the Location names, and over
+    plain http after https."""
     import urllib.request
+
+    class Told(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            sockets.opened(self.sock)
+
+    class ToldTLS(Told, http.client.HTTPSConnection):
+        pass
+
+    class HTTP(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(Told, req)
+
+    class HTTPS(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(ToldTLS, req)  # the default TLS context, as urlopen's
 
     class NoRedirects(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args: Any, **kwargs: Any) -> None:
             return None
 
-    return urllib.request.build_opener(NoRedirects)
+    return urllib.request.build_opener(HTTP, HTTPS, NoRedirects)
 
 
 def _is_answer(raw: Any) -> bool:
