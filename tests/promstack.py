@@ -557,6 +557,80 @@ def replay(exchanges: Sequence[Mapping[str, Any]]) -> Iterator[str]:
         server.server_close()
 
 
+# One series as the API writes it in an instant vector, about as long as nodeagent's own.
+_FLOOD_SAMPLE = (
+    b'{"metric":{"__name__":"nodeagent_check_status","check":"gpu","host":"node-00001",'
+    b'"instance":"10.0.0.1:9100","job":"gpu-nodes"},"value":[1700000000,"0"]}'
+)
+
+
+def flood_body(size: int, piece: int = 1 << 20) -> tuple[int, Iterator[bytes]]:
+    """A valid answer of an instant query about `size` bytes long (whole pieces of `piece` bytes of
+    series, so at least one piece) as its exact length and an iterator of its parts: generated
+    while sent, never held whole."""
+    prefix = b'{"status":"success","data":{"resultType":"vector","result":['
+    suffix = _FLOOD_SAMPLE + b"]}}"
+    sample = _FLOOD_SAMPLE + b","
+    block = sample * (piece // len(sample))
+    count = max(1, (size - len(prefix) - len(suffix)) // len(block))
+
+    def parts() -> Iterator[bytes]:
+        yield prefix
+        for _ in range(count):
+            yield block
+        yield suffix
+
+    return len(prefix) + count * len(block) + len(suffix), parts()
+
+
+@contextlib.contextmanager
+def flood(size: int) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 answering the query `time()` and the targets (none) as
+    Prometheus does and every other query with a valid answer of about `size` bytes (flood_body),
+    sent as fast as the client reads it; yields its URL. A client that stops reading ends the
+    answer (its connection closed)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = urllib.parse.urlsplit(self.path)
+            now = f"{time.time():.3f}"
+            small = {
+                "time()": {"resultType": "scalar", "result": [float(now), now]},
+                "targets": {"activeTargets": []},
+            }
+            what = (
+                "targets"
+                if url.path == "/api/v1/targets"
+                else dict(urllib.parse.parse_qsl(url.query))["query"]
+            )
+            if what in small:
+                body = json.dumps({"status": "success", "data": small[what]}).encode()
+                length, parts = len(body), iter([body])
+            else:
+                length, parts = flood_body(size)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(length))
+            self.end_headers()
+            with contextlib.suppress(OSError):  # the client hung up: what a cap does
+                for part in parts:
+                    self.wfile.write(part)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _request_key(path: str, params: Mapping[str, str]) -> str:
     return json.dumps([path, sorted(params.items())])
 

@@ -420,7 +420,7 @@ def test_prometheus_that_does_not_answer_in_time(capsys: pytest.CaptureFixture[s
     assert "no answer within 0.3s" in err
 
 
-# --- what a server can do to the client: redirect it, drip --------------------------------------
+# --- what a server can do to the client: redirect it, drip, flood, nest -------------------------
 
 
 @pytest.mark.parametrize("elsewhere", ["127.0.0.2", "127.0.0.1"], ids=["other address", "other port"])
@@ -497,6 +497,34 @@ def test_a_dripping_server_is_cut_at_the_deadline(capsys: pytest.CaptureFixture[
     assert url in err and "no answer within 0.5s (--timeout)" in err
     (n,) = sent
     assert n < count  # the connection was closed on the server: not read to the end in the background
+
+
+def test_an_answer_larger_than_the_limit_is_refused_before_parsing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 120 MB answer was parsed whole (5.8 GB, 271 s) before its size was looked at."""
+    monkeypatch.setenv("NODEAGENT_MAX_PROMETHEUS_MIB", "1")
+    with promstack.flood(3 * 1024 * 1024) as url:
+        code, out, err = run_main(capsys, "fleet", "--prometheus", url)
+    assert (code, out) == (EX_UNAVAILABLE, "")
+    _one_line(err)
+    assert f"{url}/api/v1/query" in err and "more than 1 MiB (limit NODEAGENT_MAX_PROMETHEUS_MIB)" in err
+
+
+def test_an_answer_within_the_limit_is_read(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, recorded: str
+) -> None:
+    monkeypatch.setenv("NODEAGENT_MAX_PROMETHEUS_MIB", "1")  # the recorded answers are 24 KiB at most
+    code, doc = view(capsys, recorded)
+    assert code == Status.FAIL.exit_code and set(doc["hosts"]) >= set(promstack.FLEET)
+
+
+def test_an_answer_nested_too_deeply_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with serving(_reply(200, b"[" * 100_000 + b"]" * 100_000)) as url:
+        code, out, err = run_main(capsys, "fleet", "--prometheus", url)
+    assert (code, out) == (EX_UNAVAILABLE, "")
+    _one_line(err)
+    assert "nested deeper than 64 levels (limit NODEAGENT_MAX_DEPTH)" in err
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ Inputs tried (hypothesis, derandomized, so the same inputs every run):
   inventory (`check --cluster FILE --limit nosuchhost`, hosts on 127.0.0.1 port 1), a baseline
   (`check --baseline FILE --root TREE`), a profile (`exec --profile NAME --dry-run -- true`) and
   a journal (`revert --list` with NODEAGENT_STATE_DIR): 30 runs; malformed files must fail
-  with one line on stderr.
+  with one line on stderr;
+- a Prometheus flooding `fleet --prometheus` with a 1 GiB and a 96 MiB answer: exit 69, one line
+  naming the limit, under 500 MB: 2 runs.
 53 subprocess runs in all, about 40-60 s on two CPUs. The summary line (inputs tried, wall time,
 the worst input's peak memory and time) is printed (visible with -s) and written to
 build/fuzz-hostile-summary.txt.
@@ -560,3 +562,21 @@ def test_a_recording_with_a_deeply_nested_nodeagent_json_is_one_line(tmp_path: P
     run = run_cli(["check", "--root", str(root)])
     assert_sane(run, one_line_error=True)
     assert run.returncode == 64 and "nodeagent.json is not readable" in run.stderr, run.stderr
+
+
+# -- a hostile Prometheus ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size_mib", [1024, 96], ids=["1 GiB", "96 MiB"])
+def test_a_flood_from_prometheus_is_refused_in_bounded_memory(size_mib: int) -> None:
+    """`fleet --prometheus` against a server answering 1 GiB (generated while sent): refused at
+    NODEAGENT_MAX_PROMETHEUS_MIB while reading, before any parsing. An answer under the old cap
+    (256 MiB) was parsed whole: 96 MiB took 766 MB for the first query alone."""
+    from tests import promstack
+
+    with promstack.flood(size_mib * 1024 * 1024) as url:
+        run = run_cli(["fleet", "--prometheus", url])
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert run.returncode == 69 and len(lines) == 1, run.stderr[-3000:]
+    assert f"{url}/api/v1/query" in run.stderr and "(limit NODEAGENT_MAX_PROMETHEUS_MIB)" in run.stderr
+    assert run.max_rss_mb < MAX_RSS_MB, f"{run.max_rss_mb:.0f} MB"

@@ -3,6 +3,7 @@ setting, a FAIL for one host's output, and the controller's memory stays bounded
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -238,6 +239,25 @@ def test_a_zlib_bomb_is_refused_while_decompressing() -> None:
         pull.read(bomb, cap=32 << 20)
     # What was inflated is kept up to the cap, then dropped: never the gigabyte.
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 80_000  # KiB
+
+
+def test_a_stream_is_counted_while_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """limits.read_capped (a Prometheus answer): an answer of the limit exactly is read; one byte
+    more is TooLarge naming the limit, with no byte past it asked for, even from a stream that
+    never ends."""
+    monkeypatch.setenv("NODEAGENT_MAX_PROMETHEUS_MIB", "1")
+    name = "NODEAGENT_MAX_PROMETHEUS_MIB"
+    assert limits.read_capped(io.BytesIO(bytes(1 << 20)).read1, name) == bytes(1 << 20)
+    asked: list[int] = []
+
+    def endless(n: int) -> bytes:
+        asked.append(n)
+        return bytes(n)
+
+    for read1 in (io.BytesIO(bytes((1 << 20) + 1)).read1, endless):
+        with pytest.raises(limits.TooLarge, match=re.escape(f"more than 1 MiB (limit {name})")):
+            limits.read_capped(read1, name, piece=4096)
+    assert sum(asked) == (1 << 20) + 1
 
 
 # --- Over SSH: a node that prints without end, a node that sends a bomb ---------------------------

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from nodeagent.core.errors import UsageError
 
 __all__ = [
     "MiB",
+    "TooLarge",
     "check_json_depth",
     "limit",
     "loads_json",
+    "read_capped",
     "read_input_file",
 ]
 
@@ -47,6 +50,11 @@ DEFAULTS: dict[str, tuple[int, str]] = {
     # Matching --metric against one trial's kept lines; past it the trial fails (a pattern that
     # backtracks: Python's re cannot be interrupted, so the match runs in an interpreter of its own).
     "NODEAGENT_METRIC_TIMEOUT_S": (2, "s"),
+    # One answer of Prometheus's HTTP API (`fleet --prometheus`). The fleet view's largest is about
+    # 6 KiB a node (tests/fixtures/prometheus), so some 10,000 nodes. Parsed, an answer takes about
+    # thirteen times its size, and the view holds its answers' series together: four answers at
+    # this limit took 1.6 GB (tests/perf/prometheus_bounds.py).
+    "NODEAGENT_MAX_PROMETHEUS_MIB": (64, "MiB"),
 }
 
 
@@ -112,6 +120,29 @@ def read_input_file(path: Path, what: str, cap_name: str = "NODEAGENT_MAX_INPUT_
     if len(data) > cap:
         raise UsageError(too_big)
     return data
+
+
+class TooLarge(ValueError):
+    """More bytes came than the limit `name` allows; its text says so, naming the limit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"more than {limit(name)} MiB (limit {name})")
+
+
+def read_capped(read1: Callable[[int], bytes], cap_name: str, piece: int = MiB) -> bytes:
+    """All that `read1(n)` gives (up to n bytes a call, as soon as some came; b"" at the end),
+    counted while read: TooLarge once more than the limit `cap_name` came, no byte past it read.
+    A stream that never ends costs the limit, never more."""
+    cap = limit_bytes(cap_name)
+    pieces: list[bytes] = []
+    size = 0
+    while chunk := read1(min(piece, cap + 1 - size)):
+        size += len(chunk)
+        if size > cap:
+            raise TooLarge(cap_name)
+        pieces.append(chunk)
+    return b"".join(pieces)
 
 
 def check_json_depth(doc: Any, max_depth: int | None = None) -> None:
