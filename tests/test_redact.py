@@ -19,14 +19,17 @@ from nodeagent import checks, engine
 from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, nvidia_smi
 from nodeagent.host import LocalHost, SnapshotHost, recorder, redact
+from tests import ttar
 from tests.gpu_samples import A100_XML
 from tests.helpers import ETH, GPU, NIC, pci_tree
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 # -- the property: consistent, idempotent, nothing left ------------------------------------------
 
 
-def _mac(octets: bytes, upper: bool) -> str:
-    text = ":".join(f"{b:02x}" for b in octets)
+def _mac(octets: bytes, upper: bool, separator: str) -> str:
+    text = separator.join(f"{b:02x}" for b in octets)
     return text.upper() if upper else text
 
 
@@ -37,7 +40,10 @@ def _ipv6(address: ipaddress.IPv6Address, exploded: bool) -> str:
 
 
 IDENTIFIERS = st.one_of(
-    st.tuples(st.just("mac"), st.builds(_mac, st.binary(min_size=6, max_size=6), st.booleans())),
+    st.tuples(
+        st.just("mac"),
+        st.builds(_mac, st.binary(min_size=6, max_size=6), st.booleans(), st.sampled_from([":", "-"])),
+    ),
     st.tuples(st.just("ipv4"), st.ip_addresses(v=4).map(str)),
     st.tuples(st.just("ipv6"), st.builds(_ipv6, st.ip_addresses(v=6), st.booleans())),
     st.tuples(
@@ -48,6 +54,7 @@ IDENTIFIERS = st.one_of(
     st.sampled_from(
         [
             ("mac", "02:00:00:00:00:01"),
+            ("mac", "02-00-00-00-00-03"),
             ("ipv4", "192.0.2.1"),
             ("ipv6", "2001:db8::1"),
             ("uuid", "00000000-0000-4000-8000-000000000001"),
@@ -64,7 +71,10 @@ _UUID_PLACEHOLDER = r"00000000-0000-4000-8000-\d{12}"
 
 
 def normal(kind: str, text: str) -> object:
-    """One value whatever its spelling: MACs and UUIDs in any case, IPv6 compressed or not."""
+    """One value whatever its spelling: MACs and UUIDs in any case (MACs with colons or dashes),
+    IPv6 compressed or not."""
+    if kind == "mac":
+        return text.lower().replace("-", ":")
     if kind == "ipv4":
         return ipaddress.IPv4Address(text)
     if kind == "ipv6":
@@ -75,7 +85,7 @@ def normal(kind: str, text: str) -> object:
 def kept(kind: str, text: str) -> bool:
     """What the redaction leaves as it is: values that identify nothing, and placeholders."""
     if kind == "mac":
-        octets = text.lower().split(":")
+        octets = text.lower().replace("-", ":").split(":")
         return (len(set(octets)) == 1 and octets[0] in ("00", "ff")) or is_placeholder(kind, text)
     if kind == "ipv4":
         a = ipaddress.IPv4Address(text)
@@ -91,7 +101,8 @@ def kept(kind: str, text: str) -> bool:
 
 def is_placeholder(kind: str, text: str) -> bool:
     if kind == "mac":
-        return re.fullmatch(r"02(:00)*(:[0-9a-f]{2}){2}", text.lower()) is not None and text[-5:] != "00:00"
+        colons = text.lower().replace("-", ":")
+        return re.fullmatch(r"02(:00)*(:[0-9a-f]{2}){2}", colons) is not None and colons[-5:] != "00:00"
     if kind == "ipv4":
         a = ipaddress.IPv4Address(text)
         return any(a in n for n in _DOCUMENTATION_V4) or a in _BENCHMARK_V4
@@ -174,6 +185,183 @@ def test_binary_and_non_utf8_files_are_left_as_they_are() -> None:
     )
 
 
+def test_macs_written_with_dashes_get_the_placeholder_of_their_colon_spelling() -> None:
+    """The kernel's %pMF prints 00-01-02-03-04-05 (Documentation/core-api/printk-formats.rst),
+    PXELINUX's IPAPPEND 2 puts BOOTIF=01-<MAC> on /proc/cmdline (01: the ARP type, kept), lspci
+    prints a Device Serial Number as eight dashed octets; upper or lower case."""
+    files = {
+        "/sys/class/net/eth0/address": b"00:1b:21:3a:4f:5c\n",
+        "/proc/cmdline": b"BOOT_IMAGE=/vmlinuz BOOTIF=01-00-1b-21-3a-4f-5c\n",
+        "/x": b"mac 00-1B-21-3A-4F-5C dsn 00-1b-21-ff-ff-3a-4f-5c none ff-ff-ff-ff-ff-ff 2024-05-12 0x10de\n",
+    }
+    out = redact.redact(files)
+    assert out.files == {
+        "/proc/cmdline": b"BOOT_IMAGE=/vmlinuz BOOTIF=01-02-00-00-00-00-01\n",
+        "/sys/class/net/eth0/address": b"02:00:00:00:00:01\n",
+        "/x": b"mac 02-00-00-00-00-01 dsn 02-00-00-00-00-00-00-02 none ff-ff-ff-ff-ff-ff 2024-05-12 0x10de\n",
+    }
+    assert out.counts["mac"] == {"values": 2, "occurrences": 4}
+
+
+IBSTAT = FIXTURES / "corpus" / "ib-gpud-h100-roce-two-cx7-disabled" / "ibstat.txt"
+
+
+def test_ibstat_guids_in_0x_form_get_the_placeholder_of_their_sysfs_spelling() -> None:
+    """ibstat prints the GUIDs /sys/class/infiniband/*/node_guid holds as 0002:c903:00a1:b2c3 as
+    0x0002c90300a1b2c3; the unset port GUID 0x0000000000000000 and every other hex value are kept."""
+    text = IBSTAT.read_text()
+    node_guid = "a088:c203:00ad:eab8"  # mlx5_0's Node GUID (the file's first), as sysfs writes it
+    out = redact.redact(
+        {
+            "/commands/ibstat.txt": text.encode(),
+            "/sys/class/infiniband/mlx5_0/node_guid": f"{node_guid}\n".encode(),
+        }
+    )
+    assert out.files["/sys/class/infiniband/mlx5_0/node_guid"] == b"0000:0000:0000:0001\n"
+    guid = re.compile(r"(.*GUID: )(0x[0-9a-f]{16})")
+    seen: dict[str, str] = {}
+    for before, after in zip(
+        text.split("\n"), out.files["/commands/ibstat.txt"].decode().split("\n"), strict=True
+    ):
+        m = guid.fullmatch(before)
+        if m is None or m.group(2) == "0x0000000000000000":
+            assert after == before
+            continue
+        label, placeholder = after[: len(m.group(1))], after[len(m.group(1)) :]
+        assert label == m.group(1) and re.fullmatch(r"0x00000000\d{8}", placeholder), after
+        assert seen.setdefault(m.group(2), placeholder) == placeholder  # System image GUID = Node GUID
+    assert seen["0x" + node_guid.replace(":", "")] == "0x0000000000000001"
+    # The file's distinct GUIDs: grep -oE "GUID: 0x[0-9a-f]{16}" | grep -v 0x0000000000000000 | sort -u
+    assert len(set(seen.values())) == len(seen) == 18
+
+
+def _lines_with(path: Path, word: str) -> bytes:
+    return b"".join(line for line in path.read_bytes().splitlines(keepends=True) if word.encode() in line)
+
+
+def test_64_bit_hex_numbers_that_name_nothing_are_kept() -> None:
+    """Register dumps, page addresses, masks, PCI ids, counters: only a GUID's own label or file
+    makes 0x and 16 hex digits an identifier."""
+    files = {
+        "/commands/dmesg-r.txt": _lines_with(
+            FIXTURES / "kmsg" / "xid120-gsp-task-exception-dmesg" / "kernel.log", "0x"
+        ),
+        "/commands/ibv_devinfo-v.txt": _lines_with(
+            FIXTURES / "corpus" / "ib-heioy-cx3-two-hca-port2-polling" / "ibv_devinfo-v.txt", "0x"
+        ),
+        "/commands/nvidia-smi-q-x.txt": _lines_with(
+            FIXTURES / "corpus" / "smi-openpai-v100-sxm3-dbe-retired-pages" / "nvidia-smi-q-x.xml", "0x"
+        ),
+        "/sys/bus/pci/devices/0000:01:00.0/vendor": b"0x10de\n",
+        "/sys/bus/pci/devices/0000:01:00.0/subsystem_vendor": b"0x0000\n",
+        "/sys/class/fc_host/host0/fabric_name": b"0x0\n",
+        "/sys/class/fc_host/host0/statistics/dumped_frames": b"0xffffffffffffffff\n",
+        "/sys/class/drm/card0/device/pp_features": b"Current ppfeatures: 0x0000000019a1ff4f\n"
+        b"DPM_PREFETCHER      0x0000000000000001      Y\n",
+    }
+    assert b"max_mr_size:\t\t\t0xffffffffffffffff" in files["/commands/ibv_devinfo-v.txt"]
+    assert b"<retired_page_address>0x000000000044e99d<" in files["/commands/nvidia-smi-q-x.txt"]
+    assert b"sscratch:0xffffffffa30134d0" in files["/commands/dmesg-r.txt"]
+    assert redact.redact(files).files == files
+
+
+# A USB stick plugged in (https://www.bigbang.mydns.jp/usbmemory-x.htm, "$ dmesg"), a root hub (its
+# serial is its controller's PCI address), the 8250 driver's banner and two of NVIDIA's lines
+# (tests/fixtures/kmsg/xid43-xid31-xid94-akash-dmesg-T).
+USB_DMESG = """\
+[83336.142166] usb 1-8: New USB device found, idVendor=1687, idProduct=3255
+[83336.142173] usb 1-8: New USB device strings: Mfr=1, Product=2, SerialNumber=3
+[83336.142178] usb 1-8: Product: USB2.0 FlashDisk
+[83336.142181] usb 1-8: Manufacturer: Kingmax
+[83336.142185] usb 1-8: SerialNumber: B100000000001041
+[    1.084017] usb usb1: SerialNumber: 0000:00:14.0
+[    0.912345] Serial: 8250/16550 driver, 4 ports, IRQ sharing enabled
+[Wed Jul 31 23:14:18 2024] NVRM: GPU Board Serial Number: 1650423013443
+[Mon Aug  5 03:54:13 2024] NVRM: GPU Board Serial Number: 1652923017935
+"""
+
+
+def test_serials_in_the_kernel_log_and_sysfs_get_the_placeholder_of_their_fields() -> None:
+    """USB's "SerialNumber: %s" (drivers/usb/core/hub.c), NVIDIA's "GPU Board Serial Number: %s",
+    and the sysfs attributes holding the same serials: the same placeholder everywhere."""
+    files = {
+        "/commands/dmesg-r.txt": USB_DMESG.encode(),
+        "/sys/bus/usb/devices/1-8/serial": b"B100000000001041\n",
+        "/sys/bus/usb/devices/usb1/serial": b"0000:00:14.0\n",
+        "/commands/nvidia-smi-q-x.txt": b"<gpu><serial>1650423013443</serial></gpu>",
+    }
+    out = redact.redact(files)
+    assert out.files["/commands/dmesg-r.txt"].decode() == (
+        USB_DMESG.replace("B100000000001041", "REDACTED-1")
+        .replace("1650423013443", "REDACTED-2")
+        .replace("1652923017935", "REDACTED-3")
+    )
+    assert out.files["/sys/bus/usb/devices/1-8/serial"] == b"REDACTED-1\n"
+    assert out.files["/sys/bus/usb/devices/usb1/serial"] == b"0000:00:14.0\n"
+    assert out.files["/commands/nvidia-smi-q-x.txt"] == b"<gpu><serial>REDACTED-2</serial></gpu>"
+    assert out.counts["serial"] == {"values": 3, "occurrences": 5}
+    assert redact.redact(out.files).files == out.files
+
+
+# What prometheus/procfs's recorded tree holds, by the files' names, and the placeholder each becomes.
+SYSFS_IDENTIFIERS = {
+    "serial": (r"/(?:\w+_)?serial(?:_number)?$|/wwid$", r"REDACTED-\d+ *\n?"),
+    "fc": (r"/fc_host/host0/(?:node|port)_name$", r"0x00000000\d{8}\n?"),
+    "sas": (r"/\w*sas_address$|/enclosure_identifier$", r"0x00000000\d{8}\n?"),
+    "fc-nvme": (r"/nvme-subsystem/.*/address$", r"nn-0x00000000\d{8}:pn-0x00000000\d{8}\n?"),
+    "ib": (r"/infiniband/mlx5_0/node_guid$", r"0000:0000:\d{4}:\d{4}\n?"),
+}
+
+
+def _identifier_kind(path: str) -> str | None:
+    return next((k for k, (where, _) in SYSFS_IDENTIFIERS.items() if re.search(where, path)), None)
+
+
+def test_a_real_sysfs_tree_loses_its_serials_and_world_wide_names(tmp_path: Path) -> None:
+    """prometheus/procfs's recorded tree: DMI, NVMe and battery serials, disks' wwid, the FC host's
+    WWNN/WWPN, SAS addresses, FC-NVMe addresses (nn-0x...:pn-0x...), an InfiniBand node GUID."""
+    archive = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"
+    ttar.extract(archive.read_bytes().decode("utf-8", "surrogateescape"), tmp_path)
+    root = tmp_path / "fixtures"
+    files = {
+        "/" + str(p.relative_to(root)): p.read_bytes()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }
+    out = redact.redact(files).files
+    found: dict[str, int] = {}
+    for path, data in files.items():
+        kind = _identifier_kind(path)
+        value = data.decode().strip()
+        # Empty serial_number and enclosure_identifier files, the unset fabric name, a TCP
+        # transport's address: nothing to hide.
+        if kind is None or value in ("", "0x0") or value.startswith("traddr="):
+            continue
+        found[kind] = found.get(kind, 0) + 1
+        assert re.fullmatch(SYSFS_IDENTIFIERS[kind][1], out[path].decode()), (path, out[path])
+        # Nowhere else either, but where the same digits are some other number ("38109").
+        other = {q for q, d in files.items() if value.encode() in d and _identifier_kind(q) is None}
+        assert not any(value.encode() in d for q, d in out.items() if q not in other), (path, value)
+    # Counted in the archive: 8 serials (3 DMI, an NVMe controller's twice, 2 subsystems, a battery)
+    # and 5 wwid files (4 disks, a namespace), node and port name, 36 SAS address and enclosure
+    # files, 3 nn-/pn- addresses, a GUID.
+    assert found == {"serial": 13, "fc": 2, "sas": 36, "fc-nvme": 3, "ib": 1}
+    # The SAS host's address and its phys' are one: one placeholder.
+    host = "/sys/devices/pci0000:00/0000:00:03.0/0000:03:00.0/host11"
+    assert (
+        out[f"{host}/scsi_host/host11/host_sas_address"]
+        == out[f"{host}/phy-11:7/sas_phy/phy-11:7/sas_address"]
+    )
+    # Values of the same shape that name nothing are kept.
+    for path in (
+        "/sys/class/drm/card0/device/pp_features",
+        "/sys/class/fc_host/host0/statistics/dumped_frames",
+        "/sys/class/fc_host/host0/fabric_name",
+        "/sys/devices/pci0000:00/0000:00:02.1/0000:01:00.0/nvme/nvme0/address",
+    ):
+        assert out[path] == files[path]
+
+
 def test_a_host_named_like_an_xml_element_keeps_the_xml_intact() -> None:
     files = {
         "/proc/sys/kernel/hostname": b"gpu\n",
@@ -215,6 +403,7 @@ IP_NODE, IP_GATEWAY, IP_NFS, IP6_NFS = "10.20.30.40", "10.20.30.1", "172.16.5.9"
 ROOT_UUID = "3F2A1B4C-5D6E-4F70-8192-A3B4C5D6E7F8"
 DMI_SERIAL, DMI_UUID = "CZJ8470ABC", "4c4c4544-0042-3510-8052-b4c04f564d32"
 GPU_SERIAL, GPU_UUID = "1650522003820", "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+USB_SERIAL = "B100000000001041"
 ORIGINALS = [
     HOST,
     FQDN,
@@ -232,6 +421,7 @@ ORIGINALS = [
     DMI_UUID,
     GPU_SERIAL,
     GPU_UUID,
+    USB_SERIAL,
 ]
 # What nodeagent does not record, but a user's own --only patterns or a later check could.
 EXTRA_PATTERNS = [
@@ -250,7 +440,7 @@ def _gpu_node(root: Path) -> SnapshotHost:
         "/etc/hostname": f"{FQDN}\n",
         "/proc/sys/kernel/osrelease": "5.15.0-91-generic\n",
         "/proc/cmdline": f"BOOT_IMAGE=/vmlinuz root=UUID={ROOT_UUID} "
-        f"ip={IP_NODE}::{IP_GATEWAY}:255.255.255.0:{HOST}:eth0:off\n",
+        f"ip={IP_NODE}::{IP_GATEWAY}:255.255.255.0:{HOST}:eth0:off BOOTIF=01-{MAC_ETH.replace(':', '-')}\n",
         "/proc/self/mountinfo": f"36 25 0:32 / /data rw - nfs {IP_NFS}:/export rw,addr={IP_NFS},"
         f"mountaddr={IP6_NFS}\n",
         "/sys/class/net/eth0/address": f"{MAC_ETH}\n",
@@ -284,7 +474,11 @@ def _gpu_node(root: Path) -> SnapshotHost:
         },
         nodes={0: "0-1", 1: "2-3"},
         files=files,
-        commands={"nvidia-smi-q-x": xml},
+        commands={
+            "nvidia-smi-q-x": xml,
+            "dmesg-r": f"<6>[    3.120185] usb 1-8: SerialNumber: {USB_SERIAL}\n"
+            f"<6>[   12.461931] NVRM: GPU Board Serial Number: {GPU_SERIAL}\n",
+        },
     )
 
 
@@ -332,7 +526,7 @@ def test_a_redacted_gpu_node_keeps_its_facts_and_loses_its_identifiers(tmp_path:
     assert (before["host"], after["host"]) == (HOST, "node-1")
     assert after["kernel"]["cmdline"] == (
         "BOOT_IMAGE=/vmlinuz root=UUID=00000000-0000-4000-8000-000000000001 "
-        "ip=192.0.2.1::192.0.2.2:255.255.255.0:node-1:eth0:off"
+        "ip=192.0.2.1::192.0.2.2:255.255.255.0:node-1:eth0:off BOOTIF=01-02-00-00-00-00-01"
     )
     same = set(before) - {"host", "kernel"}
     assert {k: after[k] for k in same} == {k: before[k] for k in same}
@@ -355,10 +549,10 @@ def test_a_redacted_gpu_node_keeps_its_facts_and_loses_its_identifiers(tmp_path:
     assert verdicts(redacted) == verdicts(plain)
     assert host.meta["redacted"] == {
         "hostname": {"values": 1, "occurrences": 4},
-        "serial": {"values": 2, "occurrences": 2},
+        "serial": {"values": 3, "occurrences": 4},
         "gpu_uuid": {"values": 1, "occurrences": 1},
         "uuid": {"values": 2, "occurrences": 2},
-        "mac": {"values": 3, "occurrences": 3},
+        "mac": {"values": 3, "occurrences": 4},
         "guid": {"values": 1, "occurrences": 1},
         "ipv6": {"values": 2, "occurrences": 2},
         "ipv4": {"values": 3, "occurrences": 4},

@@ -289,7 +289,7 @@ def list_checks(show_params: bool) -> None:
 @click.option(
     "--redact",
     is_flag=True,
-    help="Replace host names, MAC/IP addresses, UUIDs and serial numbers with placeholders "
+    help="Replace host names, MAC/IP addresses, UUIDs, GUIDs and serial numbers with placeholders "
     "(for a public bug report).",
 )
 @click.option(

@@ -271,7 +271,7 @@ def metadata(
 
 
 def redacted(rec: Recording, meta: Mapping[str, object]) -> tuple[Recording, dict[str, object]]:
-    """`rec` and its metadata with host names, addresses, UUIDs and serials replaced by placeholders
+    """`rec` and its metadata with host names, addresses, UUIDs, GUIDs and serials replaced by placeholders
     (nodeagent.host.redact); the metadata's `redacted` says how many of each kind, never which."""
     import json
 

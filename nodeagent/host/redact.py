@@ -1,12 +1,13 @@
 """`nodeagent snapshot --redact`: identifiers out of a recording, so it can go into a public bug report.
 
 A pure function over the recorded files, links and folders (`redact`): host names, hardware
-addresses, IP addresses, UUIDs, GPU UUIDs, InfiniBand GUIDs and serial numbers are replaced by
-placeholders that keep each identifier's shape (a MAC stays six colon-separated octets, an address
-stays an address), so the parsers read a redacted tree exactly as the original. The same original
-always gets the same placeholder within one recording, so cross-references still match: an
-interface's address in sysfs and in a command's output, a pod's UUID in /proc/self/cgroup and in
-the cgroup folder's path (paths and link targets are redacted like contents for that reason).
+addresses, IP addresses, UUIDs, GPU UUIDs, InfiniBand GUIDs (and the world-wide names of Fibre
+Channel and SAS) and serial numbers are replaced by placeholders that keep each identifier's shape
+(a MAC stays six octets with its own separators, an address stays an address), so the parsers read
+a redacted tree exactly as the original. The same original always gets the same placeholder within
+one recording, whatever its spelling, so cross-references still match: an interface's address in
+sysfs and in a command's output, a GUID in sysfs and in ibstat, a pod's UUID in /proc/self/cgroup
+and in the cgroup folder's path (paths and link targets are redacted like contents for that reason).
 
 Placeholders come from ranges that identify nothing: locally administered MACs (02:00:00:00:00:NN),
 the documentation networks 192.0.2.0/24 (RFC 5737) and 2001:db8::/32 (RFC 3849), all-zero UUIDs and
@@ -22,7 +23,7 @@ import ipaddress
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nodeagent.host.base import META_FILE
@@ -59,13 +60,21 @@ class Table:
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of identifier found by a regular expression."""
+    """One kind of identifier found by a regular expression: the whole match, or its group `group`
+    when the rest is the field that holds it ("<serial>...</serial>"); with `context`, only the
+    matches it accepts (the text before says what the value is: "Node GUID: 0x...")."""
 
     name: str
     pattern: re.Pattern[str]
     key: Callable[[str], str | None]  # the identity of a match; None: it identifies nothing, kept
     number: Callable[[str], int | None]  # N when the match is already placeholder N (kept)
     render: Callable[[int, str], str]  # placeholder N, shaped like the match
+    group: int = 0
+    context: Callable[[re.Match[str]], bool] | None = None
+
+    def found(self, m: re.Match[str]) -> str | None:
+        """The identifier `m` holds, or None when its context says it is none."""
+        return m.group(self.group) if self.context is None or self.context(m) else None
 
 
 def _like(placeholder: str, original: str) -> str:
@@ -76,21 +85,36 @@ def _like(placeholder: str, original: str) -> str:
 
 # -- hardware addresses: 6-octet MACs, 8-octet EUI-64, 20-octet IPoIB ------------------------------
 
-_MAC = re.compile(r"(?<![0-9A-Fa-f:])(?:[0-9A-Fa-f]{2}:){5,19}[0-9A-Fa-f]{2}(?![0-9A-Fa-f:])")
+# Colons (sysfs, ip, ethtool) or dashes (the kernel's %pMF, lspci's Device Serial Number, and
+# PXELINUX's BOOTIF=01-88-99-aa-bb-cc-dd in /proc/cmdline, whose "01-" is the ARP hardware type: left
+# out, so the address gets the placeholder it has in /sys/class/net).
+# The first octet comes first and the checks on what precedes it after (lookbehinds reaching past
+# it): a pattern that starts with a character set is scanned for three times faster.
+_MAC = re.compile(
+    r"[0-9A-Fa-f]{2}(?:"
+    r"(?<![0-9A-Fa-f:]..)(?::[0-9A-Fa-f]{2}){5,19}(?![0-9A-Fa-f:])"
+    r"|(?<![0-9A-Fa-f-]..)(?<!BOOTIF=..)(?:-[0-9A-Fa-f]{2}){5,19}(?![0-9A-Fa-f-])"
+    r"|(?<=BOOTIF=[0-9A-Fa-f]{2}-..)(?:-[0-9A-Fa-f]{2}){5,19}(?![0-9A-Fa-f-])"
+    r")"
+)
+
+
+def _octets(found: str) -> list[str]:
+    return found.lower().replace("-", ":").split(":")
 
 
 def mac_key(found: str) -> str | None:
-    octets = found.lower().split(":")
+    octets = _octets(found)
     if all(o == "00" for o in octets) or all(o == "ff" for o in octets):
         return None  # no device: the all-zero and broadcast addresses
     if len(octets) == 20 and octets[4] == "ff":
         return None  # IPoIB's broadcast (a queue pair and a multicast GID): the same on every fabric
-    return found.lower()
+    return ":".join(octets)  # one address, one placeholder, whichever separator it was written with
 
 
 def mac_number(found: str) -> int | None:
     """02:00:...:00:HH:LL, the locally administered unicast placeholders (N below 65536)."""
-    octets = found.lower().split(":")
+    octets = _octets(found)
     if octets[0] != "02" or any(o != "00" for o in octets[1:-2]):
         return None
     n = int(octets[-2] + octets[-1], 16)
@@ -98,9 +122,9 @@ def mac_number(found: str) -> int | None:
 
 
 def mac_render(n: int, found: str) -> str:
-    size = found.count(":") + 1
-    octets = bytes([0x02]) + n.to_bytes(size - 1, "big")
-    return _like(":".join(f"{b:02x}" for b in octets), found)
+    separator = "-" if "-" in found else ":"
+    octets = bytes([0x02]) + n.to_bytes(len(_octets(found)) - 1, "big")
+    return _like(separator.join(f"{b:02x}" for b in octets), found)
 
 
 MAC = Kind("mac", _MAC, mac_key, mac_number, mac_render)
@@ -144,27 +168,52 @@ GPU_UUID = Kind("gpu_uuid", _GPU_UUID, gpu_uuid_key, gpu_uuid_number, gpu_uuid_r
 UUID = Kind("uuid", _UUID, uuid_key, uuid_number, uuid_render)
 
 
-# -- InfiniBand GUIDs: node_guid, sys_image_guid ("0c42:a103:00a1:b2c3") -------------------------
+# -- GUIDs: InfiniBand's, and the world-wide names of Fibre Channel and SAS ------------------------
 
+# sysfs and ibv_devinfo: node_guid, sys_image_guid, port GUIDs as "0c42:a103:00a1:b2c3".
 _GUID = re.compile(r"(?<![0-9A-Fa-f:])[0-9A-Fa-f]{4}(?::[0-9A-Fa-f]{4}){3}(?![0-9A-Fa-f:])")
-_GUID_PLACEHOLDER = re.compile(r"0000:0000:(\d{4}):(\d{4})")
+# ibstat ("Node GUID: 0x0c42a10300a1b2c3"), nvidia-smi's GPU PDI, FC and SAS names in logs and in
+# FC-NVMe addresses (nn-0x...:pn-0x...). Only after such a label, on the same line: a bare 64-bit
+# hex number is a register, a page address or a mask far more often than an identifier. The number
+# is found first and its label looked for after: a pattern starting with the labels is 50x slower.
+_GUID_0X = re.compile(r"0[xX](?<![0-9A-Za-z_]..)[0-9A-Fa-f]{16}(?![0-9A-Za-z_])")
+_GUID_LABEL = re.compile(r"(?i:guid|pdi|ww[pn]?n|sas_addr(?:ess)?|\b[np]n-)[ \t:=(>]*\Z")
+_LABEL_REACH = 64  # nvidia-smi -q aligns its values at column 40: "    GPU PDI      ...      : 0x..."
+# sysfs attributes that hold one such name and nothing else.
+_GUID_FILE = re.compile(r"/(?:\w*guid|node_name|port_name|fabric_name|\w*sas_address|enclosure_identifier)$")
+_GUID_WHOLE = re.compile(r"\A[ \t]*(0[xX][0-9A-Fa-f]{16})\s*\Z")
+_GUID_PLACEHOLDER = re.compile(r"0000:0000:(\d{4}):(\d{4})|0[xX]00000000(\d{8})")
+
+
+def _labelled(m: re.Match[str]) -> bool:
+    return _GUID_LABEL.search(m.string, max(0, m.start() - _LABEL_REACH), m.start()) is not None
+
+
+def _guid_digits(found: str) -> str:
+    return found.lower().removeprefix("0x").replace(":", "")
 
 
 def guid_key(found: str) -> str | None:
-    return None if set(found) <= {"0", ":"} else found.lower()
+    """The 16 digits: one GUID, one placeholder, in sysfs's spelling and in ibstat's."""
+    digits = _guid_digits(found)
+    return None if set(digits) <= {"0"} or set(digits) <= {"f"} else digits  # unset, or all ones
 
 
 def guid_number(found: str) -> int | None:
     m = _GUID_PLACEHOLDER.fullmatch(found)
-    return (int(m.group(1) + m.group(2)) or None) if m else None
+    return (int("".join(g for g in m.groups() if g)) or None) if m else None
 
 
 def guid_render(n: int, found: str) -> str:
     digits = f"{n:016d}"
+    if found[:2].lower() == "0x":
+        return found[:2] + digits
     return ":".join(digits[i : i + 4] for i in range(0, 16, 4))
 
 
 GUID = Kind("guid", _GUID, guid_key, guid_number, guid_render)
+GUID_0X = Kind("guid", _GUID_0X, guid_key, guid_number, guid_render, context=_labelled)
+GUID_FILE = Kind("guid", _GUID_WHOLE, guid_key, guid_number, guid_render, group=1)
 
 
 # -- IPv6: port GIDs of RDMA devices, addresses in command lines and mounts ----------------------
@@ -273,7 +322,7 @@ IPV4 = Kind("ipv4", _IPV4, ipv4_key, ipv4_number, ipv4_render)
 
 # Order matters where shapes overlap: GPU-<uuid> before the bare UUID, hardware addresses (whose
 # eight-octet form is also valid IPv6) before IPv6, and IPv6 before the IPv4 tail of ::ffff:a.b.c.d.
-PATTERN_KINDS = (GPU_UUID, UUID, MAC, GUID, IPV6, IPV4)
+PATTERN_KINDS = (GPU_UUID, UUID, MAC, GUID, GUID_0X, IPV6, IPV4)
 
 
 # -- host names: read where the system keeps them, then replaced wherever they appear -------------
@@ -328,16 +377,28 @@ def hostname_kind(names: Iterable[str]) -> Kind | None:
 
 # -- serial numbers: the fields that hold them ---------------------------------------------------
 
-_DMI_SERIAL = re.compile(r"/dmi/id/(?:product|board|chassis)_serial$")
-_XML_SERIAL = re.compile(r"(<(\w*serial\w*)>)([^<]*)(</\2>)")  # nvidia-smi -q -x: <serial>
+# sysfs attributes that hold one serial and nothing else: DMI's product/board/chassis_serial, an
+# NVMe controller's or a USB device's `serial`, a battery's or a GPU's `serial_number`, and a disk's
+# `wwid` (its world-wide name, "naa.5000c500b32d1a9c", or for NVMe the serial in hex).
+_SERIAL_FILE = re.compile(r"/sys/(?:.*/)?(?:(?:\w+_)?serial(?:_number)?|wwid)$")
+_SERIAL_WHOLE = re.compile(r"\A(.*)\Z", re.DOTALL)
+_XML_SERIAL = re.compile(r"<(\w*serial\w*)>([^<]*)</\1>")  # nvidia-smi -q -x: <serial>
+# The kernel's labelled serials, to the end of the line: USB's "SerialNumber: %s" (announce_device,
+# drivers/usb/core/hub.c), NVIDIA's "NVRM: GPU Board Serial Number: %s", usb-storage's "Serial
+# Number: %s" (/proc/scsi/usb-storage/N); so do dmidecode, smartctl and nvidia-smi -q. Never
+# "SerialNumber=3" (the string's index, on the line before) nor "Serial: 8250/16550 driver".
+_LABELLED_SERIAL = re.compile(r"[Ss](?:erial|ERIAL) ?[Nn](?:umber|UMBER)[ \t]*:[ \t]*([^\r\n]*)")
 _NOT_A_SERIAL = {"", "0", "n/a", "none", "unknown", "not specified", "not applicable", "default string"}
 _NOT_A_SERIAL |= {"to be filled by o.e.m.", "system serial number", "chassis serial number"}
+# A USB root hub's serial is its host controller's PCI address ("usb usb1: SerialNumber: 0000:00:14.0"):
+# a slot, not a device, the same on every machine of a model.
+_PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 _SERIAL_PLACEHOLDER = re.compile(r"REDACTED-(\d+)")
 
 
 def serial_key(found: str) -> str | None:
     value = found.strip()
-    if value.lower() in _NOT_A_SERIAL or serial_number(value) is not None:
+    if value.lower() in _NOT_A_SERIAL or _PCI_ADDRESS.fullmatch(value) or serial_number(value) is not None:
         return None
     return value
 
@@ -347,33 +408,31 @@ def serial_number(found: str) -> int | None:
     return (int(m.group(1)) or None) if m else None
 
 
-def serials(path: str, text: str) -> Iterator[str]:
-    """The serial numbers in one file: a whole DMI attribute, or the text of XML <...serial...>."""
-    if _DMI_SERIAL.search(path):
-        yield text.strip()
-    else:
-        yield from (m.group(3) for m in _XML_SERIAL.finditer(text))
+def serial_render(n: int, found: str) -> str:
+    """REDACTED-N in place of the value, the blanks around it kept (a sysfs value's newline)."""
+    lead = len(found) - len(found.lstrip())
+    return found[:lead] + f"REDACTED-{n}" + found[len(found.rstrip()) :]
 
 
-def redact_serials(path: str, text: str, table: Table) -> str:
-    """Serials become REDACTED-N in their own fields only: a short serial ("1234") replaced
-    everywhere would rewrite every such number in /proc."""
+SERIAL_FILE = Kind("serial", _SERIAL_WHOLE, serial_key, serial_number, serial_render, group=1)
+SERIAL_XML = Kind("serial", _XML_SERIAL, serial_key, serial_number, serial_render, group=2)
+SERIAL_LABELLED = Kind("serial", _LABELLED_SERIAL, serial_key, serial_number, serial_render, group=1)
 
-    def placeholder(value: str) -> str:
-        key = serial_key(value)
-        if key is None:
-            return value
-        stripped = value.strip()
-        return value.replace(stripped, f"REDACTED-{table.number('serial', key)}")
 
-    if _DMI_SERIAL.search(path):
-        return placeholder(text)
-    return _XML_SERIAL.sub(lambda m: m.group(1) + placeholder(m.group(3)) + m.group(4), text)
+def field_kinds(path: str) -> tuple[Kind, ...]:
+    """The kinds found only in their own fields, in the file at `path`: a short serial ("1234") or a
+    64-bit hex number replaced everywhere would rewrite every such number in /proc and /sys."""
+    kinds: tuple[Kind, ...] = (SERIAL_XML, SERIAL_LABELLED)
+    if _SERIAL_FILE.search(path):
+        kinds = (SERIAL_FILE, *kinds)
+    if _GUID_FILE.search(path):
+        kinds = (*kinds, GUID_FILE)
+    return kinds
 
 
 # -- the recording --------------------------------------------------------------------------------
 
-KINDS = ("hostname", "serial", *(k.name for k in PATTERN_KINDS))
+KINDS = ("hostname", "serial", *dict.fromkeys(k.name for k in PATTERN_KINDS))
 _NUL_SEPARATED = re.compile(r"/proc/(?:self|\d+)/(?:environ|cmdline)")
 
 
@@ -392,9 +451,15 @@ def replace(kind: Kind, text: str, table: Table) -> str:
     """Every identifier of `kind` in `text` by its placeholder."""
 
     def one(m: re.Match[str]) -> str:
-        found = m.group()
+        found = kind.found(m)
+        if found is None:
+            return m.group()
         key = None if kind.number(found) is not None else kind.key(found)
-        return found if key is None else kind.render(table.number(kind.name, key), found)
+        if key is None:
+            return m.group()
+        start, end = (i - m.start() for i in m.span(kind.group))
+        whole = m.group()
+        return whole[:start] + kind.render(table.number(kind.name, key), found) + whole[end:]
 
     return kind.pattern.sub(one, text)
 
@@ -402,7 +467,8 @@ def replace(kind: Kind, text: str, table: Table) -> str:
 def reserve(kind: Kind, text: str, table: Table) -> None:
     """Note the placeholders of `kind` already in `text`, so no original is given their numbers."""
     for m in kind.pattern.finditer(text):
-        n = kind.number(m.group())
+        found = kind.found(m)
+        n = None if found is None else kind.number(found)
         if n is not None:
             table.reserve(kind.name, n)
 
@@ -426,11 +492,10 @@ def redact_path(path: str, table: Table) -> str:
 
 def redact_text(path: str, text: str, host: Kind | None, table: Table) -> str:
     """A file's text: host names first (a name may hold digits and dots that look like addresses),
-    serials in their fields, then the pattern kinds in their order."""
+    serials and GUIDs in their fields, then the pattern kinds in their order."""
     if host is not None:
         text = replace(host, text, table)
-    text = redact_serials(path, text, table)
-    for kind in PATTERN_KINDS:
+    for kind in (*field_kinds(path), *PATTERN_KINDS):
         text = replace(kind, text, table)
     return text
 
@@ -450,7 +515,8 @@ def _reserve_all(texts: Mapping[str, str | None], names: list[str], others: list
     is handed out: that is what keeps a second redaction from changing anything."""
     _reserve_known(names, hostname_number, "hostname", table)
     for path, text in texts.items():
-        _reserve_known(serials(path, text or ""), serial_number, "serial", table)
+        for kind in field_kinds(path):
+            reserve(kind, text or "", table)
     strings = [s for s in texts.values() if s is not None] + others
     for kind in PATTERN_KINDS:
         for s in strings:
