@@ -21,7 +21,7 @@ from nodeagent.facts import node, nvidia_smi
 from nodeagent.host import LocalHost, SnapshotHost, recorder, redact
 from tests import ttar
 from tests.gpu_samples import A100_XML
-from tests.helpers import ETH, GPU, NIC, pci_tree
+from tests.helpers import ETH, GPU, NIC, make_tree, pci_tree
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -176,13 +176,52 @@ def test_what_identifies_nothing_is_kept() -> None:
     assert redact.redact({"/proc/net/x": text.encode()}).files["/proc/net/x"] == text.encode()
 
 
-def test_binary_and_non_utf8_files_are_left_as_they_are() -> None:
-    files = {"/sys/bus/pci/devices/0000:01:00.0/config": b"\x86\x80\0\0 10.1.2.3", "/x": b"\xff 10.1.2.3"}
+def test_binary_files_are_left_as_they_are() -> None:
+    files = {"/sys/bus/pci/devices/0000:01:00.0/config": b"\x86\x80\0\0 10.1.2.3"}
     assert redact.redact(files).files == files
     environ = b"NCCL_SOCKET_IFNAME=eth0\0MASTER=10.1.2.3\0"
     assert redact.redact({"/proc/7/environ": environ}).files["/proc/7/environ"] == (
         b"NCCL_SOCKET_IFNAME=eth0\0MASTER=192.0.2.1\0"
     )
+
+
+def test_a_file_that_is_not_utf8_is_redacted_and_its_other_bytes_kept(tmp_path: Path) -> None:
+    """One byte that is not UTF-8 (a Latin-1 folder name in a mount or a command line) must not keep
+    the host name and addresses of the whole file; every other byte stays as it was."""
+    tree = tmp_path / "tree"
+    make_tree(
+        tree, {"/proc/sys/kernel/hostname": "gpu-node-17\n", "/sys/class/net/eth0/address": f"{MAC_ETH}\n"}
+    )
+    raw = {
+        "proc/self/mountinfo": b"36 25 0:32 / /data/caf\xe9 rw - nfs 10.20.30.40:/export/caf\xe9 "
+        b"rw,addr=10.20.30.40\n",
+        "proc/4242/cmdline": b"torchrun\0--rdzv-endpoint=gpu-node-17:29500\0/data/caf\xe9/train.py\0",
+        "proc/cmdline": b"BOOT_IMAGE=/vmlinuz ip=10.20.30.40:::255.255.255.0:gpu-node-17\xff:eth0:off "
+        b"BOOTIF=01-0c-42-a1-12-34-56\n",
+    }
+    for path, data in raw.items():
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_bytes(data)
+    out = tmp_path / "redacted.tar.gz"
+    patterns = [
+        "/proc/sys/kernel/hostname",
+        "/sys/class/net/*/address",
+        "/proc/self/mountinfo",
+        "/proc/cmdline",
+        "/proc/*/cmdline",
+    ]
+    recorder.snapshot(SnapshotHost(tree), patterns, [], out, redact=True)
+    with tarfile.open(out) as tf:
+        got = {m.name: f.read() for m in tf if m.isfile() and (f := tf.extractfile(m)) is not None}
+    assert got["proc/self/mountinfo"] == (
+        b"36 25 0:32 / /data/caf\xe9 rw - nfs 192.0.2.1:/export/caf\xe9 rw,addr=192.0.2.1\n"
+    )
+    assert got["proc/4242/cmdline"] == b"torchrun\0--rdzv-endpoint=node-1:29500\0/data/caf\xe9/train.py\0"
+    assert got["proc/cmdline"] == (
+        b"BOOT_IMAGE=/vmlinuz ip=192.0.2.1:::255.255.255.0:node-1\xff:eth0:off BOOTIF=01-02-00-00-00-00-01\n"
+    )
+    assert got["sys/class/net/eth0/address"] == b"02:00:00:00:00:01\n"  # the address BOOTIF names
+    assert json.loads(got["nodeagent.json"])["redacted"]["ipv4"] == {"values": 1, "occurrences": 3}
 
 
 def test_macs_written_with_dashes_get_the_placeholder_of_their_colon_spelling() -> None:

@@ -8,6 +8,9 @@ a redacted tree exactly as the original. The same original always gets the same 
 one recording, whatever its spelling, so cross-references still match: an interface's address in
 sysfs and in a command's output, a GUID in sysfs and in ibstat, a pod's UUID in /proc/self/cgroup
 and in the cgroup folder's path (paths and link targets are redacted like contents for that reason).
+Files are redacted as bytes: one byte that is not UTF-8 (a Latin-1 folder name in
+/proc/self/mountinfo or in a command line) must not keep the identifiers of the rest of the file,
+and every byte not replaced stays as it was.
 
 Placeholders come from ranges that identify nothing: locally administered MACs (02:00:00:00:00:NN),
 the documentation networks 192.0.2.0/24 (RFC 5737) and 2001:db8::/32 (RFC 3849), all-zero UUIDs and
@@ -437,14 +440,17 @@ _NUL_SEPARATED = re.compile(r"/proc/(?:self|\d+)/(?:environ|cmdline)")
 
 
 def as_text(path: str, data: bytes) -> str | None:
-    """The file as text, or None: not UTF-8, or binary (NULs, as in PCI config space) but for the
-    NUL-separated environ and cmdline."""
+    """The file as text, or None when binary (NULs, as in PCI config space) but for the NUL-separated
+    environ and cmdline. Bytes that are not UTF-8 become lone surrogates (surrogateescape): no
+    pattern matches them, a host name or an address next to one is still found, and `as_bytes`
+    gives each back as it was."""
     if b"\0" in data and not _NUL_SEPARATED.fullmatch(path):
         return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+    return data.decode("utf-8", "surrogateescape")
+
+
+def as_bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
 
 
 def replace(kind: Kind, text: str, table: Table) -> str:
@@ -526,8 +532,8 @@ def _reserve_all(texts: Mapping[str, str | None], names: list[str], others: list
 def redact(
     files: Mapping[str, bytes], links: Mapping[str, str] | None = None, dirs: Iterable[str] = ()
 ) -> Redacted:
-    """The recording with its identifiers replaced (see the module's docstring). Files that are not
-    text are left as they are; placeholders are numbered in the order of the sorted paths."""
+    """The recording with its identifiers replaced (see the module's docstring). Binary files are
+    left as they are; placeholders are numbered in the order of the sorted paths."""
     links = dict(sorted((links or {}).items()))
     folders = sorted(dirs)
     texts = {path: as_text(path, data) for path, data in sorted(files.items())}
@@ -537,7 +543,7 @@ def redact(
     host = hostname_kind(names)
     out = Redacted(files={}, links={}, dirs=set())
     for path, text in texts.items():
-        data = files[path] if text is None else redact_text(path, text, host, table).encode()
+        data = files[path] if text is None else as_bytes(redact_text(path, text, host, table))
         out.files[redact_path(path, table)] = data
     out.links = {redact_path(p, table): redact_path(t, table) for p, t in links.items()}
     out.dirs = {redact_path(d, table) for d in folders}
