@@ -521,40 +521,51 @@ def _version(tool: str | None) -> str:
 
 
 @contextlib.contextmanager
-def replay(exchanges: Sequence[Mapping[str, Any]]) -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 answering each recorded request (one view of a recording) with
-    its recorded answer, and any other with a 404 and a Prometheus-style error; yields its URL."""
+def serving(handle: Callable[[Any], None], address: str = "127.0.0.1") -> Iterator[str]:
+    """A local HTTP server on `address` (a loopback address) whose GET is `handle(request_handler)`;
+    yields its URL."""
     import http.server
     import threading
 
-    answers = {_request_key(e["path"], e["params"]): (e["status"], e["body"]) for e in exchanges}
-
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            params = dict(urllib.parse.parse_qsl(url.query))
-            status, body = answers.get(
-                _request_key(url.path, params),
-                (404, {"status": "error", "errorType": "not_recorded", "error": f"{url.path} {params}"}),
-            )
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            handle(self)
 
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
+    server = http.server.ThreadingHTTPServer((address, 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{address}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def replay(exchanges: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 answering each recorded request (one view of a recording) with
+    its recorded answer, and any other with a 404 and a Prometheus-style error; yields its URL."""
+    answers = {_request_key(e["path"], e["params"]): (e["status"], e["body"]) for e in exchanges}
+
+    def handle(h: Any) -> None:
+        url = urllib.parse.urlsplit(h.path)
+        params = dict(urllib.parse.parse_qsl(url.query))
+        status, body = answers.get(
+            _request_key(url.path, params),
+            (404, {"status": "error", "errorType": "not_recorded", "error": f"{url.path} {params}"}),
+        )
+        data = json.dumps(body).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    with serving(handle) as url:
+        yield url
 
 
 # One series as the API writes it in an instant vector, about as long as nodeagent's own.
@@ -589,46 +600,32 @@ def flood(size: int) -> Iterator[str]:
     Prometheus does and every other query with a valid answer of about `size` bytes (flood_body),
     sent as fast as the client reads it; yields its URL. A client that stops reading ends the
     answer (its connection closed)."""
-    import http.server
-    import threading
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            now = f"{time.time():.3f}"
-            small = {
-                "time()": {"resultType": "scalar", "result": [float(now), now]},
-                "targets": {"activeTargets": []},
-            }
-            what = (
-                "targets"
-                if url.path == "/api/v1/targets"
-                else dict(urllib.parse.parse_qsl(url.query))["query"]
-            )
-            if what in small:
-                body = json.dumps({"status": "success", "data": small[what]}).encode()
-                length, parts = len(body), iter([body])
-            else:
-                length, parts = flood_body(size)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(length))
-            self.end_headers()
-            with contextlib.suppress(OSError):  # the client hung up: what a cap does
-                for part in parts:
-                    self.wfile.write(part)
+    def handle(h: Any) -> None:
+        url = urllib.parse.urlsplit(h.path)
+        now = f"{time.time():.3f}"
+        small = {
+            "time()": {"resultType": "scalar", "result": [float(now), now]},
+            "targets": {"activeTargets": []},
+        }
+        what = (
+            "targets" if url.path == "/api/v1/targets" else dict(urllib.parse.parse_qsl(url.query))["query"]
+        )
+        if what in small:
+            body = json.dumps({"status": "success", "data": small[what]}).encode()
+            length, parts = len(body), iter([body])
+        else:
+            length, parts = flood_body(size)
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(length))
+        h.end_headers()
+        with contextlib.suppress(OSError):  # the client hung up: what a cap does
+            for part in parts:
+                h.wfile.write(part)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(handle) as url:
+        yield url
 
 
 def _request_key(path: str, params: Mapping[str, str]) -> str:

@@ -13,7 +13,6 @@ answers; none is written here.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
 import math
@@ -337,27 +336,6 @@ def test_credentials_in_the_url_go_to_the_header_never_to_a_message(
     assert code == EX_UNAVAILABLE and "s3cret" not in err and "monitor" not in err
 
 
-@contextlib.contextmanager
-def serving(handle: Any, address: str = "127.0.0.1") -> Iterator[str]:
-    """A local HTTP server on `address` (a loopback address) whose GET is `handle(request_handler)`."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            handle(self)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = http.server.ThreadingHTTPServer((address, 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://{address}:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def _reply(status: int, body: bytes, kind: str = "application/json") -> Any:
     def handle(h: http.server.BaseHTTPRequestHandler) -> None:
         h.send_response(status)
@@ -370,7 +348,7 @@ def _reply(status: int, body: bytes, kind: str = "application/json") -> Any:
 
 
 def test_a_server_that_is_not_prometheus(capsys: pytest.CaptureFixture[str]) -> None:
-    with serving(_reply(200, b"<html><body>Grafana</body></html>", "text/html")) as url:
+    with promstack.serving(_reply(200, b"<html><body>Grafana</body></html>", "text/html")) as url:
         code, _, err = run_main(capsys, "fleet", "--prometheus", url)
     assert code == EX_UNAVAILABLE
     _one_line(err)
@@ -378,7 +356,7 @@ def test_a_server_that_is_not_prometheus(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_json_that_is_not_prometheus_api(capsys: pytest.CaptureFixture[str]) -> None:
-    with serving(
+    with promstack.serving(
         _reply(200, b'{"status": "success", "data": {"resultType": "matrix", "result": []}}')
     ) as url:
         code, _, err = run_main(capsys, "fleet", "--prometheus", url)
@@ -389,7 +367,7 @@ def test_json_that_is_not_prometheus_api(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_prometheus_that_cannot_answer(capsys: pytest.CaptureFixture[str]) -> None:
     body = b'{"status": "error", "errorType": "unavailable", "error": "TSDB not ready"}'
-    with serving(_reply(503, body)) as url:
+    with promstack.serving(_reply(503, body)) as url:
         code, _, err = run_main(capsys, "fleet", "--prometheus", url)
     assert code == EX_UNAVAILABLE
     _one_line(err)
@@ -397,7 +375,7 @@ def test_prometheus_that_cannot_answer(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_a_gateway_refusing_in_front_of_prometheus(capsys: pytest.CaptureFixture[str]) -> None:
-    with serving(_reply(401, b'{"message": "Unauthorized"}')) as url:
+    with promstack.serving(_reply(401, b'{"message": "Unauthorized"}')) as url:
         code, _, err = run_main(capsys, "fleet", "--prometheus", url)
     assert code == EX_UNAVAILABLE
     _one_line(err)
@@ -410,7 +388,7 @@ def test_prometheus_that_does_not_answer_in_time(capsys: pytest.CaptureFixture[s
     def hang(h: http.server.BaseHTTPRequestHandler) -> None:
         release.wait(10)
 
-    with serving(hang) as url:
+    with promstack.serving(hang) as url:
         start = time.monotonic()
         code, _, err = run_main(capsys, "fleet", "--prometheus", url, "--timeout", "0.3")
         took = time.monotonic() - start
@@ -434,7 +412,7 @@ def test_a_redirect_is_not_followed_so_the_credentials_stay_with_the_server_give
         seen.append(h.headers.get("Authorization"))
         _reply(200, json.dumps(answer(ALL["exchanges"], "/api/v1/query", "time()")).encode())(h)
 
-    with serving(other, elsewhere) as there:
+    with promstack.serving(other, elsewhere) as there:
         location = f"{there}/api/v1/query?query=time%28%29"
 
         def redirect(h: http.server.BaseHTTPRequestHandler) -> None:
@@ -443,7 +421,7 @@ def test_a_redirect_is_not_followed_so_the_credentials_stay_with_the_server_give
             h.send_header("Content-Length", "0")
             h.end_headers()
 
-        with serving(redirect) as url:
+        with promstack.serving(redirect) as url:
             with_credentials = url.replace("http://", "http://monitor:s3cret@")
             code, out, err = run_main(capsys, "fleet", "--prometheus", with_credentials)
     assert all(auth is None for auth in seen), seen  # never the credentials
@@ -489,7 +467,7 @@ def test_a_dripping_server_is_cut_at_the_deadline(capsys: pytest.CaptureFixture[
     sent: list[int] = []
     done = threading.Event()
     count = 300  # 6 s at 20 ms a byte, far past the 0.5 s deadline
-    with serving(_drip(where, 0.02, count, sent, done)) as url:
+    with promstack.serving(_drip(where, 0.02, count, sent, done)) as url:
         code, out, err = run_main(capsys, "fleet", "--prometheus", url, "--timeout", "0.5")
         assert done.wait(30)
     assert (code, out) == (EX_UNAVAILABLE, "")
@@ -520,7 +498,7 @@ def test_an_answer_within_the_limit_is_read(
 
 
 def test_an_answer_nested_too_deeply_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    with serving(_reply(200, b"[" * 100_000 + b"]" * 100_000)) as url:
+    with promstack.serving(_reply(200, b"[" * 100_000 + b"]" * 100_000)) as url:
         code, out, err = run_main(capsys, "fleet", "--prometheus", url)
     assert (code, out) == (EX_UNAVAILABLE, "")
     _one_line(err)

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.server
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,30 +52,20 @@ def dripping(sent: list[int]) -> Iterator[str]:
     """A server sending its answer's body one byte a second (a 10,000-byte answer); `sent` gets how
     many bytes it sent before the client hung up."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            n = 0
-            self.send_response(200)
-            self.send_header("Content-Length", "10000")
-            self.end_headers()
-            with contextlib.suppress(OSError):
-                for _ in range(10000):
-                    self.wfile.write(b" ")
-                    n += 1
-                    time.sleep(1.0)
-            sent.append(n)
+    def handle(h: Any) -> None:
+        n = 0
+        h.send_response(200)
+        h.send_header("Content-Length", "10000")
+        h.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(10000):
+                h.wfile.write(b" ")
+                n += 1
+                time.sleep(1.0)
+        sent.append(n)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with promstack.serving(handle) as url:
+        yield url
 
 
 def main() -> None:
