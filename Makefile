@@ -75,7 +75,7 @@ lint: view
 	cd $(VIEW) && PYTHONPATH="$$PWD" ../../$(BIN)/lint-imports ../../pyproject.toml
 
 typecheck: view
-	cd $(VIEW) && ../../$(BIN)/mypy --config-file ../../pyproject.toml nodeagent tests
+	cd $(VIEW) && ../../$(BIN)/mypy --config-file ../../pyproject.toml nodeagent tests ../../build-aux/pyz_preamble.py
 
 # pytest-xdist: tests run on as many workers as there are CPUs (PYTEST_WORKERS=0: one process).
 # What two workers must not share (state folders, tmux sessions, SSH clusters' namespaces) is unique
@@ -123,8 +123,11 @@ dist-check: $(VENV)/.installed-test
 # (manylinux2014: https://peps.python.org/pep-0599/); the patch versions give pex the
 # python_full_version that some markers read. Not in it: TensorFlow (the tf extra).
 # The first run of a build unpacks every wheel into $PEX_ROOT (default ~/.cache/pex, the user's own;
-# HOME unset: the passwd entry's home; unwritable: a private temporary folder, removed at exit) and
+# HOME unset: the passwd entry's home; unusable: a private temporary folder, removed at exit) and
 # makes a venv there, so the `python -m nodeagent` of its child processes finds nodeagent too.
+# build-aux/pyz_preamble.py runs before pex's bootstrap: it moves an unusable $PEX_ROOT (read-only,
+# noexec) to a private temporary folder, and a start that fails exits 69, 70 or 74 with one line,
+# never 1 (check's WARN); pex's own warnings, noise on a node, show only with PEX_VERBOSE.
 # The same tree gives the same file: the tools are pinned in build-aux/pyz-requirements.txt (own venv,
 # build/pyz-venv), PyPI is read as it was at PYZ_INDEX_DATE (a newer minimum in pyproject.toml needs a
 # later date) and SOURCE_DATE_EPOCH fixes the wheel's file times
@@ -136,7 +139,7 @@ pyz: PYZ_PLATFORMS := $(foreach m,x86_64 aarch64,$(foreach v,3.10.12 3.11.2 3.12
 pyz:
 	@mkdir -p build && exec 9>build/.pyz.lock && flock 9 && \
 	pyz=build/nodeagent.pyz venv=build/pyz-venv reqs=build-aux/pyz-requirements.txt; \
-	sources="nodeagent checks tuners playbooks pyproject.toml Makefile $$reqs"; \
+	sources="nodeagent checks tuners playbooks pyproject.toml Makefile build-aux"; \
 	if [ -f $$pyz ] && [ -z "$$(find $$sources -type f ! -name '*.pyc' -newer $$pyz -print -quit)" ]; then \
 	  echo "$$pyz is up to date"; exit 0; \
 	fi; \
@@ -151,6 +154,7 @@ pyz:
 	$$venv/bin/pex build/pyz-dist/nodeagent-*.whl $(PYZ_PLATFORMS) \
 	  --pip-version 26.2.1 --uploaded-prior-to $(PYZ_INDEX_DATE) \
 	  --console-script nodeagent --venv --python-shebang '/usr/bin/env python3' \
+	  --preamble-file build-aux/pyz_preamble.py --no-emit-warnings \
 	  --pex-root build/pyz-cache --tmpdir build/pyz-tmp -o $$pyz.part || exit 1; \
 	mv $$pyz.part $$pyz && touch -r build/.pyz.started $$pyz; \
 	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \

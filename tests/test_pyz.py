@@ -5,7 +5,9 @@ clean environment (`env -i`: no PYTHONPATH, no venv), in the same command line t
 python3 imports neither nodeagent nor pydantic. Its documents must equal those of the installed
 nodeagent (this venv's) on the same recordings and on the host itself, and its exit code must be the
 worst status, as nodeagent's is. Then: the other CPython versions found here, a read-only and an
-unset HOME, and the wheels the file holds for the interpreters and machines it claims.
+unset HOME, and the wheels the file holds for the interpreters and machines it claims. And a start
+that fails (older pythons only, PEX_ROOT full or noexec, a damaged copy): one line and the README's
+exit code for it, never 1, check's WARN.
 
 `make pyz` rebuilds the file only when a source is newer than it, so the build costs a minute or
 two once per change of the tree; it skips here only when PyPI cannot be reached for it.
@@ -19,6 +21,7 @@ import pwd
 import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tarfile
@@ -50,6 +53,9 @@ BUILD_TIMEOUT_S = 1100
 RUN_TIMEOUT_S = 180
 EXIT_CODES = {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}
 USAGE_EXIT = 64
+# The README's exit codes for a start that fails: no interpreter the file serves; PEX_ROOT unusable.
+EX_UNAVAILABLE = 69
+EX_IOERR = 74
 # Runs the pyz's python with its packages instead of nodeagent: https://docs.pex-tool.org/api/vars.html
 INTERPRETER = {"PEX_INTERPRETER": "1"}
 
@@ -73,12 +79,17 @@ NO_INDEX = (
 # Recordings and the exit code each gives: every worst status once.
 HWLOC_WARN = "40intel64-2g2n4c+pcilocality"
 UNPARSABLE = "unparsable-topo-matrix"  # made here: HWLOC_WARN with a `nvidia-smi topo -m` that is no matrix
+FAIL_RECORDING = "smi-openpai-v100-sxm3-dbe-retired-pages"
 RECORDINGS = {
     "sysfs-ghw-xeon-l5640-2socket": 0,
     HWLOC_WARN: 1,
-    "smi-openpai-v100-sxm3-dbe-retired-pages": 2,
+    FAIL_RECORDING: 2,
     UNPARSABLE: 3,
 }
+# A file system far smaller than the about 200 MB a first run unpacks.
+FULL_FS_MB = 16
+# Interpreters older than the file serves that a node may have: RHEL 7's python, RHEL 8's and 9's python3.
+OLD_PYTHONS = ((2, 7), (3, 6), (3, 9))
 
 
 @dataclass(frozen=True)
@@ -310,18 +321,17 @@ def test_the_fleets_remote_agent_can_be_the_pyz(node: Node, tmp_path: Path) -> N
     assert _statuses(host) == _statuses(live)
 
 
-def _interpreter(minor: int) -> str | None:
-    """A CPython 3.<minor> of this machine: on PATH, or one of pyenv's versions."""
-    candidates = [shutil.which(f"python3.{minor}")]
+def _interpreter(minor: int, major: int = 3) -> str | None:
+    """A CPython <major>.<minor> of this machine: on PATH, or one of pyenv's versions."""
+    name = f"python{major}.{minor}"
+    candidates = [shutil.which(name)]
     pyenv = shutil.which("pyenv")
     if pyenv is not None:
         root = subprocess.run([pyenv, "root"], capture_output=True, text=True, timeout=30, check=False)
-        found = sorted(
-            Path(root.stdout.strip()).glob(f"versions/3.{minor}.*/bin/python3.{minor}"), reverse=True
-        )
+        found = sorted(Path(root.stdout.strip()).glob(f"versions/{major}.{minor}.*/bin/{name}"), reverse=True)
         candidates += [str(p) for p in found]
     for candidate in filter(None, candidates):
-        probe = [candidate, "-c", f"import sys; sys.exit(sys.version_info[:2] != (3, {minor}))"]
+        probe = [candidate, "-c", f"import sys; sys.exit(sys.version_info[:2] != ({major}, {minor}))"]
         if subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0:
             return candidate
     return None
@@ -366,11 +376,44 @@ def _root_only() -> None:
         pytest.skip("no unshare (Debian package util-linux)")
 
 
+def _in_mount_namespace(node: Node, script: str) -> subprocess.CompletedProcess[str]:
+    """`sh -c script` on the host in a mount namespace of its own: what it mounts goes with it."""
+    return _ssh(node, shlex.join(["unshare", "--mount", "sh", "-c", script]))
+
+
+def _pex_root_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in done.stderr.splitlines() if "PEX_ROOT" in line]
+
+
+def _holds(lines: Sequence[str], *parts: str) -> bool:
+    """`lines` is one line, holding each of `parts` in that order."""
+    if len(lines) != 1:
+        return False
+    at = 0
+    for part in parts:
+        at = lines[0].find(part, at)
+        if at < 0:
+            return False
+        at += len(part)
+    return True
+
+
+def _fallback_note(done: subprocess.CompletedProcess[str], home: Path, why: str, scratch: Path) -> bool:
+    """One line about PEX_ROOT, naming the unusable one, why, and the temporary folder used instead."""
+    return _holds(
+        _pex_root_lines(done),
+        f"PEX_ROOT {home}/.cache/pex ",
+        why,
+        f"unpacking into {scratch}/",
+        "removed at exit",
+    )
+
+
 def test_a_read_only_home_falls_back_to_a_private_temporary_cache(
     node: Node, recordings: dict[str, str], tmp_path: Path
 ) -> None:
-    """HOME on a read-only file system: pex unpacks into a fresh folder under TMPDIR, says so, and
-    removes it at exit (https://docs.pex-tool.org/api/vars.html, PEX_ROOT)."""
+    """HOME on a read-only file system: the pyz unpacks into a fresh folder under TMPDIR, says so in
+    one line naming both, and removes it at exit."""
     _root_only()
     home, scratch = tmp_path / "ro-home", tmp_path / "tmp"
     home.mkdir()
@@ -380,10 +423,10 @@ def test_a_read_only_home_falls_back_to_a_private_temporary_cache(
         [*_clean_env(node, {"HOME": str(home), "TMPDIR": str(scratch)}), SYSTEM_PYTHON, str(node.pyz), *args]
     )
     mount = f"mount -t tmpfs -o ro nodeagent-ro-home {shlex.quote(str(home))} && {inner}"
-    done = _ssh(node, shlex.join(["unshare", "--mount", "sh", "-c", mount]))
+    done = _in_mount_namespace(node, mount)
     doc = _document(done, "nodeagent.pyz with a read-only HOME")
     assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[HWLOC_WARN]
-    assert "un-writeable" in done.stderr and str(scratch) in done.stderr, done.stderr
+    assert _fallback_note(done, home, "read-only", scratch), done.stderr
     assert list(scratch.iterdir()) == [], "the temporary cache is removed at exit"
 
 
@@ -396,9 +439,117 @@ def test_an_unset_home_caches_under_the_users_home_from_passwd(node: Node) -> No
     inner = shlex.join([*_clean_env(node, home=False), SYSTEM_PYTHON, str(node.pyz), "--version"])
     listing = shlex.join(["ls", f"{passwd_home}/.cache/pex"])
     script = f"mount -t tmpfs nodeagent-home {shlex.quote(passwd_home)} && {inner} && {listing}"
-    done = _ssh(node, shlex.join(["unshare", "--mount", "sh", "-c", script]))
+    done = _in_mount_namespace(node, script)
     assert done.returncode == 0, done.stderr
     assert "version" in done.stdout and "venvs" in done.stdout.split()
+
+
+def test_a_noexec_home_falls_back_to_a_private_temporary_cache(
+    node: Node, recordings: dict[str, str], tmp_path: Path
+) -> None:
+    """HOME (so the default PEX_ROOT) on a file system mounted noexec, where the compiled modules
+    it would unpack cannot be loaded: as for a read-only one, a fresh folder under TMPDIR, one line
+    that says so, removed at exit; the check's own document and exit code."""
+    _root_only()
+    home, scratch = tmp_path / "noexec-home", tmp_path / "tmp"
+    home.mkdir()
+    scratch.mkdir()
+    args = ["check", "--root", recordings[FAIL_RECORDING], "--format", "json"]
+    inner = shlex.join(
+        [*_clean_env(node, {"HOME": str(home), "TMPDIR": str(scratch)}), SYSTEM_PYTHON, str(node.pyz), *args]
+    )
+    done = _in_mount_namespace(
+        node, f"mount -t tmpfs -o noexec nodeagent-noexec-home {shlex.quote(str(home))} && {inner}"
+    )
+    doc = _document(done, "nodeagent.pyz with HOME on a noexec mount")
+    assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[FAIL_RECORDING]
+    assert _fallback_note(done, home, "noexec", scratch), done.stderr
+    assert list(scratch.iterdir()) == [], "the temporary cache is removed at exit"
+
+
+def test_noexec_everywhere_is_exit_74_and_one_line_naming_pex_root(node: Node) -> None:
+    """HOME, /tmp and /var/tmp all on noexec mounts (TMPDIR unset): nowhere to unpack and run."""
+    _root_only()
+    copy = "/var/tmp/nodeagent.pyz"  # python only reads the file: a noexec mount can hold it
+    inner = shlex.join([*_clean_env(node, {"HOME": "/tmp/home"}), SYSTEM_PYTHON, copy, "--version"])
+    script = (
+        f"mount -t tmpfs nodeagent-var-tmp /var/tmp && cp {shlex.quote(str(node.pyz))} {copy}"
+        " && mount -o remount,noexec /var/tmp && mount -t tmpfs -o noexec nodeagent-tmp /tmp"
+        f" && mkdir /tmp/home && {inner}"
+    )
+    done = _in_mount_namespace(node, script)
+    assert done.returncode == EX_IOERR, done.stderr
+    said = done.stderr.splitlines()
+    assert _holds(said, "PEX_ROOT /tmp/home/.cache/pex is", "noexec", "/tmp, /var/tmp", "set PEX_ROOT to"), (
+        said
+    )
+
+
+@pytest.mark.parametrize("where", ["HOME", "PEX_ROOT"])
+def test_a_full_file_system_under_pex_root_is_exit_74_and_one_line(
+    node: Node, tmp_path: Path, where: str
+) -> None:
+    """PEX_ROOT (by default under HOME, or set) on a file system far smaller than what a first run
+    unpacks: no traceback and no exit 1 (check's WARN), but one line naming PEX_ROOT and exit 74."""
+    _root_only()
+    small = tmp_path / "small"
+    small.mkdir()
+    pex_root = small / ".cache" / "pex" if where == "HOME" else small / "pex"
+    env = {where: str(small if where == "HOME" else pex_root)}
+    inner = shlex.join([*_clean_env(node, env), SYSTEM_PYTHON, str(node.pyz), "--version"])
+    done = _in_mount_namespace(
+        node, f"mount -t tmpfs -o size={FULL_FS_MB}m nodeagent-full {shlex.quote(str(small))} && {inner}"
+    )
+    assert done.returncode == EX_IOERR, done.stderr
+    said = done.stderr.splitlines()
+    assert _holds(said, f"no space left in PEX_ROOT {pex_root},", "set PEX_ROOT"), done.stderr
+
+
+@pytest.mark.parametrize("version", OLD_PYTHONS, ids=[f"{v[0]}.{v[1]}" for v in OLD_PYTHONS])
+def test_an_older_python_with_no_newer_one_on_path_is_exit_69(
+    node: Node, tmp_path: Path, version: tuple[int, int]
+) -> None:
+    """pex looks for a python the file serves on PATH; with none it says which it tried, and the
+    last line says what the file needs: exit 69 (unavailable), not pex's 1 (check's WARN)."""
+    python = _interpreter(version[1], version[0])
+    if python is None:
+        pytest.skip(f"no CPython {version[0]}.{version[1]} on this machine (PATH or pyenv)")
+    only = tmp_path / "bin"  # a PATH whose only python is that one
+    only.mkdir()
+    (only / "python3").symlink_to(python)
+    command = [*_clean_env(node, {"PATH": str(only)}), python, str(node.pyz), "--version"]
+    done = _ssh(node, shlex.join(command))
+    assert done.returncode == EX_UNAVAILABLE, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.splitlines()[-1:]
+    assert _holds(last, "CPython 3.10 to 3.14", f"this python is {version[0]}.{version[1]}."), done.stderr
+
+
+def _damage(pyz: Path) -> None:
+    """Flips the middle byte of the packed data of nodeagent's own __init__.py in `pyz` (its local
+    header: 30 bytes, then the name and the extra field)."""
+    with zipfile.ZipFile(pyz) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(".whl/nodeagent/__init__.py"))
+    with pyz.open("r+b") as f:
+        f.seek(info.header_offset + 26)
+        name_length, extra_length = struct.unpack("<HH", f.read(4))
+        at = info.header_offset + 30 + name_length + extra_length + info.compress_size // 2
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def test_a_damaged_copy_is_exit_74_and_one_line_naming_it(node: Node, tmp_path: Path) -> None:
+    """One byte of a packed file changed (a failing disk, a broken transfer): it does not unpack."""
+    damaged, home = tmp_path / "nodeagent.pyz", tmp_path / "home"
+    shutil.copy2(node.pyz, damaged)
+    home.mkdir()
+    _damage(damaged)
+    command = [*_clean_env(node, {"HOME": str(home)}), SYSTEM_PYTHON, str(damaged), "--version"]
+    done = _ssh(node, shlex.join(command))
+    assert done.returncode == EX_IOERR, done.stderr
+    assert _holds(done.stderr.splitlines(), f"{damaged} is damaged", "copy it again"), done.stderr
 
 
 def _targets(minor: int, machine: str) -> set[Tag]:
