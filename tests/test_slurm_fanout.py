@@ -14,6 +14,7 @@ which on this 2-CPU machine is several minutes for the cluster. Its path is tune
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -69,12 +70,14 @@ def in_service(cluster: SlurmCluster) -> Iterator[SlurmCluster]:
         cluster.wait_for(node, lambda state, _: state == "IDLE", DOWN_TIMEOUT_S)
 
 
-def nodeagent(cluster: SlurmCluster, *args: str) -> tuple[int, dict[str, Any], str]:
+def nodeagent(
+    cluster: SlurmCluster, *args: str, agent: str | Path = NODEAGENT, env: dict[str, str] | None = None
+) -> tuple[int, dict[str, Any], str]:
     done = subprocess.run(
-        [NODEAGENT, *args, "--agent", NODEAGENT, "--format", "json"],
+        [NODEAGENT, *args, "--agent", str(agent), "--format", "json"],
         capture_output=True,
         text=True,
-        env=cluster.env,
+        env=cluster.env if env is None else env,
         timeout=COMMAND_TIMEOUT_S,
         check=False,
     )
@@ -191,6 +194,69 @@ def test_a_stopped_slurmd_fails_its_node_alone_before_and_after_slurm_marks_it_d
         "message": f"slurmd on n2 is not responding (State={state}, Reason={reason}); start slurmd there",
     }
     assert [doc["hosts"][n]["status"] for n in ("n1", "n3")] == [local_report["status"]] * 2
+
+
+def write_executable(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def telling_agent(folder: Path) -> Path:
+    """nodeagent on a node, its report naming the machine it ran on (`hostname` in the node's UTS
+    namespace; --hostname): which node a report came from, apart from what Slurm calls it."""
+    return write_executable(
+        folder / "agent", f'#!/bin/sh\nexec {NODEAGENT} "$@" --hostname "ran-on-$(hostname)"\n'
+    )
+
+
+def test_each_report_is_from_its_node_in_any_nodelist_order(
+    in_service: SlurmCluster, tmp_path: Path, local_report: dict[str, Any]
+) -> None:
+    """Task i runs on the i-th node named (--distribution=arbitrary): Slurm's default layout would
+    run n3,n1,n2 in slurm.conf's order, and every node would be a mismatch."""
+    code, doc, stderr = nodeagent(
+        in_service, "check", "--slurm", "n3,n1,n2", "--root", MACHINE, agent=telling_agent(tmp_path)
+    )
+    assert list(doc["hosts"]) == ["n3", "n1", "n2"], stderr
+    assert {name: host.get("hostname") for name, host in doc["hosts"].items()} == {
+        name: f"ran-on-{name}" for name in ("n3", "n1", "n2")
+    }, stderr
+    assert code == local_report["exit_code"]
+    assert [host["status"] for host in doc["hosts"].values()] == [local_report["status"]] * 3
+
+
+def test_a_node_naming_another_is_its_own_error_and_takes_no_other_s_place(
+    in_service: SlurmCluster, tmp_path: Path
+) -> None:
+    """n2's task names n1 (its `sh`, first on the PATH srun passes on, changes SLURMD_NODENAME
+    there): n1 keeps its own report and n2 is the mismatch, naming both. Before, n2's report could
+    take n1's place, and n2 "did not start a task"."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_executable(
+        bin_dir / "sh",
+        '#!/bin/sh\n[ "$SLURMD_NODENAME" = n2 ] && SLURMD_NODENAME=n1\nexec /bin/sh "$@"\n',
+    )
+    env = {**in_service.env, "PATH": f"{bin_dir}{os.pathsep}{in_service.env['PATH']}"}
+    code, doc, stderr = nodeagent(
+        in_service,
+        "check",
+        "--slurm",
+        in_service.partition,
+        "--root",
+        MACHINE,
+        agent=telling_agent(tmp_path),
+        env=env,
+    )
+    hosts = doc["hosts"]
+    assert [hosts[n].get("hostname") for n in ("n1", "n3")] == ["ran-on-n1", "ran-on-n3"], stderr
+    assert hosts["n2"]["error"] == {
+        "kind": "remote error",
+        "message": f"Slurm ran this task on n2, but its {slurm.NODE_MARK} line names 'n1': its output is "
+        "taken for neither node",
+    }
+    assert code == 2
 
 
 def test_a_controller_nodeagent_cannot_reach_is_one_line_and_exit_69(

@@ -30,9 +30,10 @@ def recorded(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def replay(name: str, max_encoded: int | None = None) -> slurm.StepOutput:
-    """A step's output as nodeagent reads it, line by line from the recorded stdout and stderr."""
-    out = slurm.StepOutput() if max_encoded is None else slurm.StepOutput(max_encoded=max_encoded)
+def replay(name: str, nodes: tuple[str, ...], max_encoded: int | None = None) -> slurm.StepOutput:
+    """A step's output as nodeagent reads it, line by line from the recorded stdout and stderr; its
+    task i ran on `nodes[i]` (the step's --nodelist, as recorded)."""
+    out = slurm.StepOutput(nodes) if max_encoded is None else slurm.StepOutput(nodes, max_encoded=max_encoded)
     for line in recorded(f"{name}.stdout").splitlines(keepends=True):
         out.stdout_line(line, 1.0)
     stderr = FIXTURES / f"{name}.stderr"
@@ -40,6 +41,10 @@ def replay(name: str, max_encoded: int | None = None) -> slurm.StepOutput:
         for line in stderr.read_text().splitlines(keepends=True):
             out.stderr_line(line)
     return out
+
+
+# The nodes of the recorded `srun-check` step, in its --nodelist order (task 0 on n1, task 1 on n3).
+CHECKED = ("n1", "n3")
 
 
 def nodes(name: str) -> dict[str, slurm.SlurmNode]:
@@ -251,18 +256,18 @@ def test_slurm_unreachable_is_one_line_and_exit_69(tmp_path: Path) -> None:
 
 
 def test_a_launch_that_fails_on_one_node_names_it_and_the_others_answered() -> None:
-    out = replay("srun-probe-launch-failed")
+    out = replay("srun-probe-launch-failed", ("n1", "n2", "n3"))
     assert sorted(out.by_node()) == ["n1", "n3"]
     assert out.naming("n2") == [
         "srun: error: Task launch for StepId=1.0 failed on node n2: Communication connection failure"
     ]
     assert out.naming("n1") == [] and out.naming("n") == []
-    alone = replay("srun-probe-alone-launch-failed")
+    alone = replay("srun-probe-alone-launch-failed", ("n2",))
     assert alone.by_node() == {} and "failed on node n2" in alone.about("n2")
 
 
 def test_each_node_s_document_and_exit_code() -> None:
-    out = replay("srun-check")
+    out = replay("srun-check", CHECKED)
     words = ["nodeagent", "check"]
     for node in ("n1", "n3"):
         task = out.by_node()[node]
@@ -272,7 +277,7 @@ def test_each_node_s_document_and_exit_code() -> None:
 
 
 def test_a_check_report_is_named_by_its_slurm_node() -> None:
-    out = replay("srun-check")
+    out = replay("srun-check", CHECKED)
     node = slurm.SlurmNode("n3", "10.0.0.3", "IDLE", (), None, ("test",))
     doc, exit_code = slurm.task_document(out.by_node()["n3"], "n3", ["nodeagent", "check"])
     outcome = slurm.check_outcome(node, doc, exit_code)
@@ -282,7 +287,7 @@ def test_a_check_report_is_named_by_its_slurm_node() -> None:
 
 
 def test_nodeagent_missing_on_the_node_says_how_to_name_it() -> None:
-    task = replay("srun-check-agent-missing").by_node()["n1"]
+    task = replay("srun-check-agent-missing", ("n1",)).by_node()["n1"]
     with pytest.raises(HostError) as caught:
         slurm.task_document(task, "n1", ["/nonexistent/nodeagent", "check"])
     assert caught.value.kind == MISSING
@@ -292,7 +297,7 @@ def test_nodeagent_missing_on_the_node_says_how_to_name_it() -> None:
 
 
 def test_nodeagent_failing_on_the_node_gives_its_own_error_line() -> None:
-    task = replay("srun-check-bad-root").by_node()["n3"]
+    task = replay("srun-check-bad-root", ("n3",)).by_node()["n3"]
     with pytest.raises(HostError) as caught:
         slurm.task_document(task, "n3", ["nodeagent", "check", "--root", "/nonexistent"])
     assert caught.value.kind == REMOTE
@@ -303,7 +308,7 @@ def test_nodeagent_failing_on_the_node_gives_its_own_error_line() -> None:
 
 
 def test_a_task_cut_before_its_exit_line_has_no_result() -> None:
-    out = slurm.StepOutput()
+    out = slurm.StepOutput(CHECKED)
     for line in recorded("srun-check.stdout").splitlines():
         if slurm.EXIT_MARK not in line:
             out.stdout_line(line)
@@ -315,17 +320,76 @@ def test_a_task_cut_before_its_exit_line_has_no_result() -> None:
 
 
 def test_a_document_beyond_the_output_limit_is_that_node_s_error() -> None:
-    out = replay("srun-check", max_encoded=1000)
+    out = replay("srun-check", CHECKED, max_encoded=1000)
     with pytest.raises(HostError, match="NODEAGENT_MAX_STDOUT_MIB"):
         slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
 
 
 def test_labels_are_right_aligned_past_nine_tasks() -> None:
-    out = slurm.StepOutput()
+    out = slurm.StepOutput(tuple(f"gpu{i:02d}" for i in range(13)))
     out.stdout_line(f" 7: {slurm.NODE_MARK} gpu07\n")
     out.stdout_line(f"12: {slurm.NODE_MARK} gpu12\n")
     out.stderr_line(" 7: a warning on gpu07\n")
     assert sorted(out.by_node()) == ["gpu07", "gpu12"] and list(out.tasks[7].stderr) == ["a warning on gpu07"]
+
+
+def recorded_document(label: int) -> dict[str, Any]:
+    """The JSON document task `label` of the recorded `srun-check` step printed (base64 there)."""
+    texts = [
+        line.split(": ", 1)[1]
+        for line in recorded("srun-check.stdout").splitlines()
+        if line.startswith(f"{label}: ")
+    ]
+    doc: dict[str, Any] = json.loads(base64.b64decode("".join(t for t in texts if " " not in t)))
+    return doc
+
+
+def run_step_stdout(tasks: list[tuple[str, dict[str, Any]]]) -> str:
+    """A run step's stdout as srun --label prints it, each task's lines in turn: task i's NODE_MARK
+    line naming `tasks[i][0]`, its document base64-encoded in 76-character lines (base64(1)'s), its
+    exit line (0)."""
+    lines = []
+    for label, (says, doc) in enumerate(tasks):
+        encoded = base64.b64encode(json.dumps(doc).encode()).decode()
+        lines.append(f"{label}: {slurm.NODE_MARK} {says}")
+        lines += [f"{label}: {encoded[i : i + 76]}" for i in range(0, len(encoded), 76)]
+        lines.append(f"{label}: {slurm.EXIT_MARK} 0")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_task_is_the_node_slurm_ran_it_on_whatever_it_prints() -> None:
+    """Task 1 ran on n3 (the step's nodelist n1,n3) and names n1: n1 stays task 0's, and n3's
+    result is the mismatch, naming both. It used to take n1's place."""
+    out = slurm.StepOutput(CHECKED)
+    out.stdout_line(f"0: {slurm.NODE_MARK} n1\n")
+    out.stdout_line(f"1: {slurm.NODE_MARK} n1\n")
+    tasks = out.by_node()
+    assert tasks == {"n1": out.tasks[0], "n3": out.tasks[1]}
+    with pytest.raises(HostError) as caught:
+        slurm.task_document(tasks["n3"], "n3", ["nodeagent", "check"])
+    assert (caught.value.kind, caught.value.message) == (
+        REMOTE,
+        f"Slurm ran this task on n3, but its {slurm.NODE_MARK} line names 'n1': its output is taken "
+        "for neither node",
+    )
+
+
+def test_a_later_line_naming_another_node_is_a_mismatch_too() -> None:
+    """The node script prints one NODE_MARK line; another one naming another node (written past the
+    script, to the step's stdout) is the task's error, not ignored."""
+    out = replay("srun-check", CHECKED)
+    out.stdout_line(f"1: {slurm.NODE_MARK} n1\n")
+    doc, _ = slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
+    assert doc == recorded_document(0)
+    with pytest.raises(HostError, match=r"Slurm ran this task on n3, but its .* line names 'n1'"):
+        slurm.task_document(out.by_node()["n3"], "n3", ["nodeagent", "check"])
+
+
+def test_a_label_beyond_the_step_s_tasks_is_no_task() -> None:
+    out = slurm.StepOutput(("n1",))
+    out.stdout_line(f"5: {slurm.NODE_MARK} n1\n")
+    out.stderr_line("5: a line from no task of this step\n")
+    assert out.by_node() == {} and out.tasks == {}
 
 
 def test_the_node_script_keeps_the_exit_line_after_the_whole_output(tmp_path: Path) -> None:
@@ -337,7 +401,7 @@ def test_the_node_script_keeps_the_exit_line_after_the_whole_output(tmp_path: Pa
         ["sh", "-c", slurm.RUN_SCRIPT, "nodeagent-slurm", sys.executable, "-c", program],
         capture_output=True, text=True, env=env, timeout=60, check=True,
     )  # fmt: skip
-    out = slurm.StepOutput()
+    out = slurm.StepOutput(("n9",))
     for line in done.stdout.splitlines():
         out.stdout_line(f"0: {line}")
     task = out.by_node()["n9"]
@@ -373,7 +437,7 @@ elif tool == "squeue":
 elif tool == "srun":
     script = args[args.index("-c") + 1]
     if "rc=$(" in script:
-        replay("srun-check", 0)
+        replay(os.environ.get("FAKE_SRUN_RUN", "srun-check"), 0)
     replay("srun-probe-launch-failed" if "--nodes=3" in args else "srun-probe-alone-launch-failed", 233)
 """
 
@@ -439,6 +503,31 @@ def test_check_slurm_runs_where_it_can_and_fails_only_the_node_that_did_not_star
     # n2 is named in the shared probe's errors: not probed again; the check runs on n1 and n3 only.
     assert [c.split()[3] for c in calls if c.startswith("srun ")] == ["--nodes=3", "--nodes=2"]
     assert calls[-1].startswith("scancel --name=nodeagent-check-")
+
+
+def test_each_report_is_under_the_node_slurm_ran_it_on(
+    fake_slurm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run step on n1,n3 (n2 failed its probe): task 1, which Slurm ran on n3, names n1, task 0's
+    node. n1's report is task 0's and n3 is an error naming both; task 1's report replaced n1's, and
+    n3 "did not start"."""
+    first, second = recorded_document(0), recorded_document(1)
+    first["host"], second["host"] = "machine-of-task-0", "machine-of-task-1"
+    (tmp_path / "run.stdout").write_text(run_step_stdout([("n1", first), ("n1", second)]))
+    monkeypatch.setenv("FAKE_SRUN_RUN", str(tmp_path / "run"))
+    code, out, _ = run_cli(["check", "--slurm", "test", "--format", "json"], capsys)
+    hosts = json.loads(out)["hosts"]
+    assert (hosts["n1"]["hostname"], hosts["n1"]["status"]) == ("machine-of-task-0", "OK")
+    assert hosts["n3"]["error"] == {
+        "kind": REMOTE,
+        "message": f"Slurm ran this task on n3, but its {slurm.NODE_MARK} line names 'n1': its output "
+        "is taken for neither node",
+    }
+    assert code == 2
+    # Task i runs on the i-th node of --nodelist: Slurm's layout, asked for.
+    steps = [c.split() for c in fake_slurm.read_text().splitlines() if c.startswith("srun ")]
+    assert [s[3] for s in steps] == ["--nodes=3", "--nodes=2"]
+    assert {"--distribution=arbitrary", "--nodelist=n1,n3"} <= set(steps[1])
 
 
 def test_the_table_says_what_slurm_ran(fake_slurm: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -514,7 +603,7 @@ class _Endless(io.RawIOBase):
 def test_an_endless_line_costs_the_limit_not_the_line() -> None:
     """A node printing 512 MiB without a newline grew the controller by as much (10-11 GB in 60 s):
     it is dropped as it is read, and what follows it is still read."""
-    out = slurm.StepOutput()
+    out = slurm.StepOutput(("n1",))
     stream = io.BufferedReader(_Endless(512 * 1024 * 1024, f"\n0: {slurm.EXIT_MARK} 2\n".encode()))
     tracemalloc.start()
     try:
@@ -529,7 +618,7 @@ def test_an_endless_line_costs_the_limit_not_the_line() -> None:
 @pytest.mark.parametrize("code", ["²", "٣", "1e3", "-1", "99999", ""])
 def test_an_exit_line_that_is_not_an_exit_code_is_ignored(code: str) -> None:
     """`str.isdigit()` takes "²" and "٣", which int() refuses: the reader thread died on them."""
-    out = slurm.StepOutput()
+    out = slurm.StepOutput(("n1",))
     out.stdout_line(f"0: {slurm.EXIT_MARK} {code}\n")
     out.stdout_line(f"0: {slurm.EXIT_MARK} 3\n")
     assert out.tasks[0].exit_code == 3

@@ -24,6 +24,13 @@ name, else a hostlist expression of node names. Then:
    code or no JSON is its own error; the others keep their results.
 5. `scancel` of the job, also after an error or an interrupt.
 
+Which node a line is from is Slurm's word, never the node's: every step is laid out by
+`--distribution=arbitrary`, so task i runs on the i-th node of its `--nodelist` (srun(1), "arbitrary":
+tasks "laid out on the nodes in the order of the file"; measured on Slurm 22.05 with the nodelist
+n3,n1,n2, which the default block layout runs in slurm.conf's order instead), and srun labels each
+line with the task's id. The name a task prints (its NODE_MARK line) is only a cross-check: a task
+whose line names another node is its own node's error, naming both, and never stands for the other.
+
 salloc's and srun's input environment variables apply (SALLOC_ACCOUNT, SALLOC_QOS,
 SALLOC_RESERVATION, SALLOC_GRES where steps are confined to the GPUs they ask for ...), and srun
 exports this environment to the tasks, PATH included.
@@ -140,6 +147,8 @@ _EXIT_CODE = re.compile(r"[0-9]{1,3}")
 # this much memory, not all of it.
 MAX_LINE_BYTES = 64 * 1024
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]+")
+# A name a task gives itself, as kept for its error message (HOST_NAME_MAX, Linux).
+HOST_NAME_MAX = 64
 # A remote command that exits with this was not found by the node's shell (POSIX: 127).
 _NOT_FOUND = 127
 
@@ -427,7 +436,9 @@ def _nodes(text: str) -> list[SlurmNode]:
 class TaskOutput:
     """What one task of a step printed."""
 
-    node: str | None = None
+    node: str  # where Slurm ran it (module docstring)
+    started: bool = False  # it printed its NODE_MARK line
+    said: str | None = None  # the first other node a NODE_MARK line of it named: a mismatch
     exit_code: int | None = None
     finished_s: float | None = None  # when its exit line arrived, since the step started
     encoded: list[str] = field(default_factory=list)
@@ -438,8 +449,11 @@ class TaskOutput:
 
 @dataclass
 class StepOutput:
-    """A `--label`led step's lines, by task id; srun's own messages apart."""
+    """A `--label`led step's lines, by task id; srun's own messages apart. Task i ran on `nodes[i]`
+    (the step's `--nodelist`, laid out by Slurm: module docstring); a label beyond them is no task
+    of the step and is ignored."""
 
+    nodes: tuple[str, ...]
     tasks: dict[int, TaskOutput] = field(default_factory=dict)
     srun: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
     max_encoded: int = field(
@@ -452,11 +466,16 @@ class StepOutput:
         if match is None:
             return  # srun labels every line of a task; anything else is not a task's
         with self._lock:
-            task = self.tasks.setdefault(int(match[1]), TaskOutput())
+            task = self._task(int(match[1]))
+            if task is None:
+                return
             text = match[2]
             mark, _, value = text.partition(" ")
-            if mark == NODE_MARK and task.node is None:
-                task.node = value.strip()
+            if mark == NODE_MARK:
+                task.started = True
+                name = value.strip()
+                if name != task.node and task.said is None:
+                    task.said = name[:HOST_NAME_MAX]
             elif mark == EXIT_MARK and _EXIT_CODE.fullmatch(value.strip()):
                 task.exit_code, task.finished_s = int(value), at_s
             elif _BASE64_LINE.fullmatch(text):
@@ -473,11 +492,20 @@ class StepOutput:
         with self._lock:
             if match is None:
                 self.srun.append(text.strip())
-            else:
-                self.tasks.setdefault(int(match[1]), TaskOutput()).stderr.append(match[2].strip())
+            elif task := self._task(int(match[1])):
+                task.stderr.append(match[2].strip())
+
+    def _task(self, label: int) -> TaskOutput | None:
+        if label >= len(self.nodes):
+            return None
+        task = self.tasks.get(label)
+        if task is None:
+            task = self.tasks[label] = TaskOutput(self.nodes[label])
+        return task
 
     def by_node(self) -> dict[str, TaskOutput]:
-        return {t.node: t for t in self.tasks.values() if t.node}
+        """The tasks that started (printed their NODE_MARK line), by the node Slurm ran each on."""
+        return {t.node: t for t in self.tasks.values() if t.started}
 
     def naming(self, node: str) -> list[str]:
         """srun's own lines that name `node` ("Task launch for StepId=12.0 failed on node n2: ...")."""
@@ -497,6 +525,12 @@ def task_document(task: TaskOutput, node: str, words: Sequence[str]) -> tuple[di
     is none."""
     command = shlex.join(words)
     last = task.stderr[-1] if task.stderr else ""
+    if task.said is not None:
+        raise HostError(
+            REMOTE,
+            f"Slurm ran this task on {node}, but its {NODE_MARK} line names {task.said!r}: its "
+            "output is taken for neither node",
+        )
     if task.exit_code is None:
         raise HostError(
             REMOTE, f"`{command}` on {node} ended without an exit code (killed?): {last or 'no message'}"
@@ -528,11 +562,12 @@ def task_document(task: TaskOutput, node: str, words: Sequence[str]) -> tuple[di
 
 
 def step(
-    argv: Sequence[str], timeout_s: float, stop: Callable[[], None] | None = None
+    argv: Sequence[str], nodes: Sequence[str], timeout_s: float, stop: Callable[[], None] | None = None
 ) -> tuple[StepOutput, bool]:
-    """Runs one srun and reads its stdout and stderr line by line as they come. Past `timeout_s`,
-    `stop()` (scancel) then SIGTERM and SIGKILL end it. The output, and whether it timed out."""
-    out = StepOutput()
+    """Runs one srun, whose task i runs on `nodes[i]`, and reads its stdout and stderr line by line
+    as they come. Past `timeout_s`, `stop()` (scancel) then SIGTERM and SIGKILL end it. The output,
+    and whether it timed out."""
+    out = StepOutput(tuple(nodes))
     start = time.monotonic()
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -695,12 +730,15 @@ class Job:
     def srun(self, nodes: Sequence[SlurmNode], script: str, words: Sequence[str] = ()) -> list[str]:
         names = ",".join(n.name for n in nodes)
         count = len(nodes)
-        placement = [f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1", f"--nodelist={names}"]
+        placement = [f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1"]
+        # Task i on the i-th node named: which node a task's output is from is Slurm's layout, not
+        # what the task prints (module docstring).
+        layout = ["--distribution=arbitrary", f"--nodelist={names}"]
         # --overlap: a step aborted on a dead node may hold its CPUs there until slurmctld gives up on
         # it; --no-kill and --kill-on-bad-exit=0: one node's failure or exit code stops no other task.
         keep_going = ["--overlap", "--no-kill", "--kill-on-bad-exit=0"]
         shell = ["sh", "-c", script, "nodeagent-slurm", *words]
-        return [tool("srun"), f"--jobid={self.job_id}", "--label", *placement, *keep_going, *shell]
+        return [tool("srun"), f"--jobid={self.job_id}", "--label", *placement, *layout, *keep_going, *shell]
 
     def cancel(self) -> None:
         _cancel(self.name)
@@ -713,7 +751,10 @@ class Job:
         command = shlex.join(words)
         begin = time.monotonic()
         out, timed_out = step(
-            self.srun(started, RUN_SCRIPT, words), self.minutes * 60 + STEP_SLACK_S, self.cancel
+            self.srun(started, RUN_SCRIPT, words),
+            [n.name for n in started],
+            self.minutes * 60 + STEP_SLACK_S,
+            self.cancel,
         )
         elapsed = time.monotonic() - begin
         tasks = out.by_node()
@@ -738,7 +779,7 @@ class Job:
         start it. A launch that fails on one node aborts the step everywhere, so a node silent but
         not named (its task may have been cut before it printed) is asked again alone: its verdict
         is never a neighbour's."""
-        out, _ = step(self.srun(nodes, PROBE_SCRIPT), PROBE_TIMEOUT_S)
+        out, _ = step(self.srun(nodes, PROBE_SCRIPT), [n.name for n in nodes], PROBE_TIMEOUT_S)
         answered = out.by_node()
         silent = [n for n in nodes if n.name not in answered]
         named = [n for n in silent if out.naming(n.name) or len(nodes) == 1]
@@ -760,7 +801,7 @@ class Job:
     def _probe_alone(self, node: SlurmNode) -> HostOutcome | None:
         """None when a task starts on the node, else its error (never raises: a pool thread)."""
         try:
-            out, _ = step(self.srun([node], PROBE_SCRIPT), PROBE_TIMEOUT_S)
+            out, _ = step(self.srun([node], PROBE_SCRIPT), [node.name], PROBE_TIMEOUT_S)
         except Exception as e:
             return HostOutcome(node.name, node.address, error=HostError(REMOTE, f"srun: {e}"))
         return None if node.name in out.by_node() else _not_started(node, out)
