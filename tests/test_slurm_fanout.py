@@ -17,6 +17,8 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,52 @@ def test_a_node_naming_another_is_its_own_error_and_takes_no_other_s_place(
         "taken for neither node",
     }
     assert code == 2
+
+
+def measured(argv: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any], str, float]:
+    """`argv` run to its end (SIGTERM past COMMAND_TIMEOUT_S: nodeagent then cancels its job): its
+    exit code, JSON document, stderr and peak RSS in MB (its own, from wait4)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        timer = threading.Timer(COMMAND_TIMEOUT_S, proc.terminate)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode(errors="replace")
+    assert stdout, f"exit {proc.returncode}, no output; stderr: {stderr}"
+    return proc.returncode, json.loads(stdout), stderr, usage.ru_maxrss / 1024
+
+
+def test_a_node_printing_without_end_is_its_own_error_and_costs_the_limit(
+    in_service: SlurmCluster, tmp_path: Path, local_report: dict[str, Any]
+) -> None:
+    """n1 writes short lines without end straight to its task's stdout (past the node script's
+    base64, as any program there can): they count against NODEAGENT_MAX_STDOUT_MIB (1 MiB here),
+    past which they are n1's FAIL, discarded, and the step is stopped once the others are done.
+    They were kept a string each (1.5 GB in 60 s at the default limit), and the step ran until the
+    job's time limit."""
+    agent = write_executable(
+        tmp_path / "agent",
+        '#!/bin/sh\n[ "$(hostname)" = n1 ] && exec yes AA > "/proc/$SLURM_TASK_PID/fd/1"\n'
+        f'exec {NODEAGENT} "$@"\n',
+    )
+    argv = [NODEAGENT, "check", "--slurm", in_service.partition, "--root", MACHINE, "--agent", str(agent)]
+    env = {**in_service.env, "NODEAGENT_MAX_STDOUT_MIB": "1"}
+    code, doc, stderr, peak_mb = measured([*argv, "--format", "json"], env)
+    error = doc["hosts"]["n1"]["error"]
+    assert error["kind"] == "remote error" and error["message"].startswith(f"`{agent} check "), stderr
+    assert error["message"].endswith(
+        " on n1: stdout output larger than 1 MiB (limit NODEAGENT_MAX_STDOUT_MIB); the rest of it was "
+        "discarded"
+    )
+    assert [doc["hosts"][n]["status"] for n in ("n2", "n3")] == [local_report["status"]] * 2
+    assert code == 2
+    assert peak_mb < 500
 
 
 def test_a_controller_nodeagent_cannot_reach_is_one_line_and_exit_69(

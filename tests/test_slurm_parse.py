@@ -22,6 +22,7 @@ from nodeagent.api.report import FleetDocument, HostResult, validate
 from nodeagent.cluster import slurm
 from nodeagent.cluster.ssh import MISSING, REMOTE, UNREACHABLE, HostError
 from nodeagent.core.errors import UsageError
+from nodeagent.core.limits import MiB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "fanout"
 
@@ -30,10 +31,10 @@ def recorded(name: str) -> str:
     return (FIXTURES / name).read_text()
 
 
-def replay(name: str, nodes: tuple[str, ...], max_encoded: int | None = None) -> slurm.StepOutput:
+def replay(name: str, nodes: tuple[str, ...], max_stdout: int | None = None) -> slurm.StepOutput:
     """A step's output as nodeagent reads it, line by line from the recorded stdout and stderr; its
     task i ran on `nodes[i]` (the step's --nodelist, as recorded)."""
-    out = slurm.StepOutput(nodes) if max_encoded is None else slurm.StepOutput(nodes, max_encoded=max_encoded)
+    out = slurm.StepOutput(nodes) if max_stdout is None else slurm.StepOutput(nodes, max_stdout=max_stdout)
     for line in recorded(f"{name}.stdout").splitlines(keepends=True):
         out.stdout_line(line, 1.0)
     stderr = FIXTURES / f"{name}.stderr"
@@ -320,7 +321,7 @@ def test_a_task_cut_before_its_exit_line_has_no_result() -> None:
 
 
 def test_a_document_beyond_the_output_limit_is_that_node_s_error() -> None:
-    out = replay("srun-check", CHECKED, max_encoded=1000)
+    out = replay("srun-check", CHECKED, max_stdout=1000)
     with pytest.raises(HostError, match="NODEAGENT_MAX_STDOUT_MIB"):
         slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
 
@@ -333,14 +334,18 @@ def test_labels_are_right_aligned_past_nine_tasks() -> None:
     assert sorted(out.by_node()) == ["gpu07", "gpu12"] and list(out.tasks[7].stderr) == ["a warning on gpu07"]
 
 
-def recorded_document(label: int) -> dict[str, Any]:
-    """The JSON document task `label` of the recorded `srun-check` step printed (base64 there)."""
+def recorded_output(label: int) -> bytes:
+    """What task `label`'s command printed in the recorded `srun-check` step (base64 there)."""
     texts = [
         line.split(": ", 1)[1]
         for line in recorded("srun-check.stdout").splitlines()
         if line.startswith(f"{label}: ")
     ]
-    doc: dict[str, Any] = json.loads(base64.b64decode("".join(t for t in texts if " " not in t)))
+    return base64.b64decode("".join(t for t in texts if " " not in t))
+
+
+def recorded_document(label: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(recorded_output(label))
     return doc
 
 
@@ -406,7 +411,7 @@ def test_the_node_script_keeps_the_exit_line_after_the_whole_output(tmp_path: Pa
         out.stdout_line(f"0: {line}")
     task = out.by_node()["n9"]
     assert task.exit_code == 3 and done.stdout.splitlines()[-1] == f"{slurm.EXIT_MARK} 3"
-    assert base64.b64decode("".join(task.encoded)) == b"x" * 300000
+    assert base64.b64decode(task.encoded) == b"x" * 300000
 
 
 # -- the whole flow, against Slurm commands replaying the recordings ------------------------------
@@ -622,3 +627,63 @@ def test_an_exit_line_that_is_not_an_exit_code_is_ignored(code: str) -> None:
     out.stdout_line(f"0: {slurm.EXIT_MARK} {code}\n")
     out.stdout_line(f"0: {slurm.EXIT_MARK} 3\n")
     assert out.tasks[0].exit_code == 3
+
+
+def test_endless_short_lines_cost_the_limit_not_the_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short lines without end from one node (through a real srun: 1.5 GB in 60 s, a string each)
+    are counted whole against NODEAGENT_MAX_STDOUT_MIB and kept a byte a character; past the limit
+    what the node printed is dropped and the rest discarded: the node's error, as over SSH."""
+    monkeypatch.setenv("NODEAGENT_MAX_STDOUT_MIB", "1")
+    out = slurm.StepOutput(("n1", "n2"))
+    out.stdout_line(f"0: {slurm.NODE_MARK} n1\n")
+    tracemalloc.start()
+    try:
+        for _ in range(100_000):  # each counts as a full base64 line, 57 bytes: 5.4 MiB
+            out.stdout_line(f"0: {'A' * 16}\n")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * MiB, peak
+    task = out.tasks[0]
+    assert len(task.encoded) == 0
+    with pytest.raises(HostError) as caught:
+        slurm.task_document(task, "n1", ["nodeagent", "check"])
+    assert (caught.value.kind, caught.value.message) == (
+        REMOTE,
+        "`nodeagent check` on n1: stdout output larger than 1 MiB (limit NODEAGENT_MAX_STDOUT_MIB); "
+        "the rest of it was discarded",
+    )
+    assert not out.done.is_set()  # n2 has yet to finish
+
+
+def test_a_document_within_the_limit_is_read_whole() -> None:
+    """The limit is on what the command printed (base64 is a third more): the recorded document,
+    limited to its own size, is read. Each line counts as at least a full base64 line (57 bytes): the
+    last, partial one and the node's name and exit lines."""
+    out = replay("srun-check", CHECKED, max_stdout=len(recorded_output(0)) + 3 * 57)
+    doc, _ = slurm.task_document(out.by_node()["n1"], "n1", ["nodeagent", "check"])
+    assert doc == recorded_document(0)
+    short = replay("srun-check", CHECKED, max_stdout=len(recorded_output(0)) - 1)
+    with pytest.raises(HostError, match="stdout output larger than"):
+        slurm.task_document(short.by_node()["n1"], "n1", ["nodeagent", "check"])
+
+
+def test_a_step_whose_tasks_all_ended_or_passed_the_limit_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Task 0 prints without end, task 1 finishes: once task 0 is past the limit nothing is left to
+    read, and the step is stopped (scancel) instead of running until the job's time limit."""
+    monkeypatch.setenv("NODEAGENT_MAX_STDOUT_MIB", "1")
+    encoded = base64.b64encode(json.dumps(recorded_document(1)).encode()).decode()
+    fake = tmp_path / "srun"
+    fake.write_text(
+        f"#!/bin/sh\necho '0: {slurm.NODE_MARK} n1'\necho '1: {slurm.NODE_MARK} n2'\n"
+        f"echo '1: {encoded}'\necho '1: {slurm.EXIT_MARK} 0'\nexec yes '0: AAAA'\n"
+    )
+    fake.chmod(0o755)
+    stops: list[str] = []
+    out, timed_out = slurm.step([str(fake)], ["n1", "n2"], 120, lambda: stops.append("scancel"))
+    assert (timed_out, stops) == (False, ["scancel"])
+    assert out.tasks[0].too_big == MiB and out.done.is_set()
+    doc, exit_code = slurm.task_document(out.tasks[1], "n2", ["nodeagent", "check"])
+    assert (doc, exit_code) == (recorded_document(1), 0)

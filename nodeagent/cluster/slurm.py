@@ -21,7 +21,9 @@ name, else a hostlist expression of node names. Then:
    line longer than 1 KiB into labelled pieces (Slurm 22.05, measured), so each task's stdout is
    sent base64-encoded (short lines), after a line naming its node and before a line with
    nodeagent's exit code; the task's stderr keeps its label. A node whose task printed no exit
-   code or no JSON is its own error; the others keep their results.
+   code or no JSON is its own error; the others keep their results. A task's stdout is capped as
+   a whole, as over SSH (NODEAGENT_MAX_STDOUT_MIB; StepOutput), and the step is stopped once no
+   task has more to give.
 5. `scancel` of the job, also after an error or an interrupt.
 
 Which node a line is from is Slurm's word, never the node's: every step is laid out by
@@ -147,6 +149,10 @@ _EXIT_CODE = re.compile(r"[0-9]{1,3}")
 # this much memory, not all of it.
 MAX_LINE_BYTES = 64 * 1024
 _BASE64_LINE = re.compile(r"[A-Za-z0-9+/=]+")
+# base64(1) wraps at 76 characters, 57 bytes of the command's output: every line of a task counts as
+# at least that much against its limit, so that short lines reach it as soon as full ones do (64 MiB
+# of "AA" lines took 4 minutes of the controller's CPU, read one by one).
+FULL_LINE_BYTES = 57
 # A name a task gives itself, as kept for its error message (HOST_NAME_MAX, Linux).
 HOST_NAME_MAX = 64
 # A remote command that exits with this was not found by the node's shell (POSIX: 127).
@@ -441,9 +447,12 @@ class TaskOutput:
     said: str | None = None  # the first other node a NODE_MARK line of it named: a mismatch
     exit_code: int | None = None
     finished_s: float | None = None  # when its exit line arrived, since the step started
-    encoded: list[str] = field(default_factory=list)
-    encoded_chars: int = 0
-    too_big: bool = False
+    # Its base64 lines, a byte a character: a node's output costs its size, whatever its lines.
+    encoded: bytearray = field(default_factory=bytearray)
+    # What it printed on stdout, in bytes: base64 lines as the bytes they decode to, others whole,
+    # each at least FULL_LINE_BYTES.
+    printed: int = 0
+    too_big: int | None = None  # the limit its stdout passed (bytes), once it did
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
 
 
@@ -451,14 +460,20 @@ class TaskOutput:
 class StepOutput:
     """A `--label`led step's lines, by task id; srun's own messages apart. Task i ran on `nodes[i]`
     (the step's `--nodelist`, laid out by Slurm: module docstring); a label beyond them is no task
-    of the step and is ignored."""
+    of the step and is ignored.
+
+    A task's stdout is capped as a whole, as over SSH: past `max_stdout` it is that node's error and
+    what it printed is discarded, kept and to come. `done` is set when srun need not run on for its
+    output: every task has printed its exit line or passed the limit, one at least the limit (a
+    node printing without end would hold the step until the job's time limit)."""
 
     nodes: tuple[str, ...]
     tasks: dict[int, TaskOutput] = field(default_factory=dict)
     srun: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
-    max_encoded: int = field(
-        default_factory=lambda: limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB") * 4 // 3 + 4
-    )
+    max_stdout: int = field(default_factory=lambda: limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB"))
+    done: threading.Event = field(default_factory=threading.Event, repr=False)
+    _settled: set[int] = field(default_factory=set, repr=False)
+    _over: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def stdout_line(self, line: str, at_s: float = 0.0) -> None:
@@ -466,10 +481,13 @@ class StepOutput:
         if match is None:
             return  # srun labels every line of a task; anything else is not a task's
         with self._lock:
-            task = self._task(int(match[1]))
+            label = int(match[1])
+            task = self._task(label)
             if task is None:
                 return
             text = match[2]
+            encoded = _BASE64_LINE.fullmatch(text) is not None
+            self._count(label, task, len(text) * 3 // 4 if encoded else len(text) + 1)
             mark, _, value = text.partition(" ")
             if mark == NODE_MARK:
                 task.started = True
@@ -478,11 +496,23 @@ class StepOutput:
                     task.said = name[:HOST_NAME_MAX]
             elif mark == EXIT_MARK and _EXIT_CODE.fullmatch(value.strip()):
                 task.exit_code, task.finished_s = int(value), at_s
-            elif _BASE64_LINE.fullmatch(text):
-                task.encoded_chars += len(text)
-                task.too_big = task.too_big or task.encoded_chars > self.max_encoded
-                if not task.too_big:
-                    task.encoded.append(text)
+                self._settle(label)
+            elif encoded and task.too_big is None:
+                task.encoded += text.encode("ascii")
+
+    def _count(self, label: int, task: TaskOutput, size: int) -> None:
+        """A line of `size` bytes more from task `label`, counted as at least FULL_LINE_BYTES; past
+        max_stdout what it printed is dropped, and what it prints from then on is not kept."""
+        task.printed += max(FULL_LINE_BYTES, size)
+        if task.printed > self.max_stdout and task.too_big is None:
+            task.too_big, task.encoded, self._over = self.max_stdout, bytearray(), True
+            self._settle(label)
+
+    def _settle(self, label: int) -> None:
+        """Task `label` needs srun no more (its exit line came, or its output passed the limit)."""
+        self._settled.add(label)
+        if self._over and len(self._settled) == len(self.nodes):
+            self.done.set()
 
     def stderr_line(self, line: str) -> None:
         text = line.rstrip("\r\n")
@@ -520,9 +550,11 @@ class StepOutput:
         return self.srun[-1] if self.srun else "srun said nothing"
 
 
-def task_document(task: TaskOutput, node: str, words: Sequence[str]) -> tuple[dict[str, Any], int]:
+def task_document(
+    task: TaskOutput, node: str, words: Sequence[str], timed_out: str | None = None
+) -> tuple[dict[str, Any], int]:
     """The JSON object the task's command `words` printed, and its exit code; HostError when there
-    is none."""
+    is none. `timed_out`: the limit the step was stopped at, when it was."""
     command = shlex.join(words)
     last = task.stderr[-1] if task.stderr else ""
     if task.said is not None:
@@ -531,6 +563,14 @@ def task_document(task: TaskOutput, node: str, words: Sequence[str]) -> tuple[di
             f"Slurm ran this task on {node}, but its {NODE_MARK} line names {task.said!r}: its "
             "output is taken for neither node",
         )
+    if task.too_big is not None:
+        raise HostError(
+            REMOTE,
+            f"`{command}` on {node}: stdout output larger than {task.too_big / limits.MiB:g} MiB (limit "
+            "NODEAGENT_MAX_STDOUT_MIB); the rest of it was discarded",
+        )
+    if task.exit_code is None and timed_out is not None:
+        raise HostError(TIMEOUT, f"`{command}` on {node} did not finish within {timed_out}")
     if task.exit_code is None:
         raise HostError(
             REMOTE, f"`{command}` on {node} ended without an exit code (killed?): {last or 'no message'}"
@@ -541,14 +581,10 @@ def task_document(task: TaskOutput, node: str, words: Sequence[str]) -> tuple[di
             f"`{words[0]}` is not installed on {node} ({last or 'command not found'}); install "
             "it there, or name it with --agent PATH (a shared nodeagent.pyz works)",
         )
-    if task.too_big:
-        raise HostError(
-            REMOTE, f"`{command}` on {node} printed more than the limit NODEAGENT_MAX_STDOUT_MIB allows"
-        )
     if not task.encoded:
         raise HostError(REMOTE, f"`{command}` exited {task.exit_code} without JSON: {last or 'no message'}")
     try:
-        doc = limits.loads_json(base64.b64decode("".join(task.encoded), validate=True))
+        doc = limits.loads_json(base64.b64decode(task.encoded, validate=True))
     except (binascii.Error, ValueError) as e:  # a JSONDecodeError is a ValueError
         raise HostError(
             REMOTE, f"`{command}` exited {task.exit_code} with output that is not JSON ({e})"
@@ -565,8 +601,8 @@ def step(
     argv: Sequence[str], nodes: Sequence[str], timeout_s: float, stop: Callable[[], None] | None = None
 ) -> tuple[StepOutput, bool]:
     """Runs one srun, whose task i runs on `nodes[i]`, and reads its stdout and stderr line by line
-    as they come. Past `timeout_s`, `stop()` (scancel) then SIGTERM and SIGKILL end it. The output,
-    and whether it timed out."""
+    as they come. Past `timeout_s`, or once no task needs it (StepOutput.done), `stop()` (scancel)
+    then SIGTERM and SIGKILL end it. The output, and whether it timed out."""
     out = StepOutput(tuple(nodes))
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -582,12 +618,10 @@ def step(
     for reader in readers:
         reader.daemon = True
         reader.start()
-    timed_out = False
+    threading.Thread(target=_done_on_exit, args=(proc, out.done), daemon=True).start()
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        if stop is not None:
+        timed_out = not out.done.wait(timeout_s)
+        if proc.returncode is None and stop is not None:  # past its time, or no task needs it
             with contextlib.suppress(SlurmUnavailable):
                 stop()
     finally:
@@ -595,6 +629,11 @@ def step(
         for reader in readers:
             reader.join(timeout=STOP_GRACE_S)
     return out, timed_out
+
+
+def _done_on_exit(proc: subprocess.Popen[bytes], done: threading.Event) -> None:
+    proc.wait()
+    done.set()
 
 
 def _read(stream: IO[bytes], on_line: Callable[[str], None]) -> None:
@@ -748,7 +787,6 @@ class Job:
         if not started:
             return outcomes
         words = [self.options.agent, *argv]
-        command = shlex.join(words)
         begin = time.monotonic()
         out, timed_out = step(
             self.srun(started, RUN_SCRIPT, words),
@@ -763,10 +801,8 @@ class Job:
             try:
                 if task is None:
                     raise HostError(REMOTE, f"the task on {node.name} did not start: {out.about(node.name)}")
-                if timed_out and task.exit_code is None:
-                    limit = f"the job's {self.minutes} min"
-                    raise HostError(TIMEOUT, f"`{command}` on {node.name} did not finish within {limit}")
-                doc, exit_code = task_document(task, node.name, words)
+                limit = f"the job's {self.minutes} min" if timed_out else None
+                doc, exit_code = task_document(task, node.name, words, limit)
                 outcome = shape(node, doc, exit_code)
             except HostError as e:
                 outcome = HostOutcome(node.name, node.address, error=e)
