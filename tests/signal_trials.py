@@ -142,11 +142,31 @@ def _defrag() -> str:
     return next(w.strip("[]") for w in raw.split() if w.startswith("["))
 
 
+# A test run started in the background (`&`, nohup, some CI runners) ignores SIGINT or SIGHUP, and
+# an ignored signal stays ignored across exec, which nodeagent respects: the runs under test are
+# started with every signal at its default, as from a terminal or by slurmd.
+_DEFAULTS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
+
+
+def with_default_signals(argv: list[str]) -> list[str]:
+    """`argv` started with SIGINT, SIGTERM and SIGHUP at their defaults (`argv[0]` a path)."""
+    return [sys.executable, "-c", _DEFAULTS, *argv]
+
+
 def run_once(case: Case, work: Path) -> list[str]:
     """Interrupt one run as `case` says; what went wrong (empty: everything held)."""
     argv, env = _setup(case, work)
     proc = subprocess.Popen(
-        argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        with_default_signals(argv),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         marker = work / "job" / "hanging"

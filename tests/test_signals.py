@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,9 @@ def test_a_fleet_run_stops_at_once_on_each_signal(tmp_path: Path, sig: signal.Si
         "hosts: [{name: n1, host: 127.0.0.1}, {name: n2, host: 127.0.0.1}]\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "check", "--cluster", str(inventory)],
+        signal_trials.with_default_signals(
+            [sys.executable, "-m", "nodeagent", "check", "--cluster", str(inventory)]
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,
@@ -88,6 +91,30 @@ def test_a_fleet_run_stops_at_once_on_each_signal(tmp_path: Path, sig: signal.Si
 # -- the interrupt module --------------------------------------------------------------------------
 
 
+@pytest.fixture
+def default_dispositions() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP as a terminal gives them (a test run under nohup or `&` ignores
+    some, and nodeagent leaves an ignored signal ignored)."""
+    saved = {sig: signal.getsignal(sig) for sig in interrupt.HANDLED}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_a_signal_ignored_when_nodeagent_started_stays_ignored(default_dispositions: None) -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup
+    with interrupt.handled():
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.01)
+    assert interrupt.received() is None
+
+
+@pytest.mark.usefixtures("default_dispositions")
 def test_sigterm_and_sighup_raise_like_sigint_and_a_second_signal_is_held() -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         cleaned = False
@@ -103,6 +130,7 @@ def test_sigterm_and_sighup_raise_like_sigint_and_a_second_signal_is_held() -> N
         assert interrupt.exit_code(e.value) == 128 + sig
 
 
+@pytest.mark.usefixtures("default_dispositions")
 def test_a_signal_inside_a_critical_section_waits_for_its_end() -> None:
     done = []
     with pytest.raises(interrupt.Interrupted), interrupt.handled():
