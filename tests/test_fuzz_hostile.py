@@ -31,10 +31,8 @@ import io
 import json
 import os
 import signal
-import subprocess
 import sys
 import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +44,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzzing import GARBAGE
+from tests.measured import run_measured
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -93,48 +92,19 @@ STATS = Stats()
 
 def run_cli(args: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> Run:
     """`python -m nodeagent ARGS` in a child with a time limit; its peak memory from wait4."""
-    with open(os.devnull, "rb") as devnull:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nodeagent", *args],
-            stdin=devnull,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "COLUMNS": "200", **(env or {})},
-            cwd=cwd,
-            start_new_session=True,
-        )
-    out: dict[str, bytes] = {}
-
-    def drain(name: str, stream: Any) -> None:
-        out[name] = stream.read()
-
-    readers = [
-        threading.Thread(target=drain, args=(n, s)) for n, s in (("o", proc.stdout), ("e", proc.stderr))
-    ]
-    for r in readers:
-        r.start()
-    timer = threading.Timer(TIMEOUT_S, lambda: os.killpg(proc.pid, signal.SIGKILL))
-    start = time.monotonic()
-    timer.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.monotonic() - start
-    timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    for r in readers:
-        r.join()
-    rss_mb = usage.ru_maxrss / 1024  # kB on Linux
-    run = Run(
-        args,
-        proc.returncode,
-        out["o"].decode(errors="replace"),
-        out["e"].decode(errors="replace"),
-        seconds,
-        rss_mb,
+    m = run_measured(
+        [sys.executable, "-m", "nodeagent", *args],
+        {**os.environ, "COLUMNS": "200", **(env or {})},
+        TIMEOUT_S,
+        signal.SIGKILL,
+        group=True,
+        cwd=cwd,
     )
+    run = Run(args, m.code, m.stdout, m.stderr, m.seconds, m.peak_mb)
     label = " ".join(args)
     STATS.runs += 1
-    STATS.worst_rss = max(STATS.worst_rss, (rss_mb, label))
-    STATS.worst_time = max(STATS.worst_time, (seconds, label))
+    STATS.worst_rss = max(STATS.worst_rss, (m.peak_mb, label))
+    STATS.worst_time = max(STATS.worst_time, (m.seconds, label))
     return run
 
 

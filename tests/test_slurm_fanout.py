@@ -17,8 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import pytest
 from nodeagent.app import fleet as fleets
 from nodeagent.app.check import CheckRequest
 from nodeagent.cluster import slurm
+from tests.measured import run_measured
 from tests.slurmcluster import SlurmCluster, slurm_available
 
 SLURM_REASON = slurm_available()
@@ -264,20 +263,9 @@ def test_a_node_naming_another_is_its_own_error_and_takes_no_other_s_place(
 def measured(argv: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any], str, float]:
     """`argv` run to its end (SIGTERM past COMMAND_TIMEOUT_S: nodeagent then cancels its job): its
     exit code, JSON document, stderr and peak RSS in MB (its own, from wait4)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        timer = threading.Timer(COMMAND_TIMEOUT_S, proc.terminate)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(), err.read().decode(errors="replace")
-    assert stdout, f"exit {proc.returncode}, no output; stderr: {stderr}"
-    return proc.returncode, json.loads(stdout), stderr, usage.ru_maxrss / 1024
+    m = run_measured(argv, env, COMMAND_TIMEOUT_S)
+    assert m.stdout, f"exit {m.code}, no output; stderr: {m.stderr}"
+    return m.code, json.loads(m.stdout), m.stderr, m.peak_mb
 
 
 def test_a_node_printing_without_end_is_its_own_error_and_costs_the_limit(

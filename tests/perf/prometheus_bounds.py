@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -26,25 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent.core import limits
 from tests import promstack
+from tests.measured import run_measured
 
 
 def fleet(url: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, float, float, str]:
     """`nodeagent fleet --prometheus URL ARGS` in a child: exit code, seconds, peak RSS in MB and
     the last line of its stderr."""
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nodeagent", "fleet", "--prometheus", url, *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    assert proc.stderr is not None
-    err = proc.stderr.read().decode(errors="replace")
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.monotonic() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    lines = err.strip().splitlines()
-    return proc.returncode, seconds, usage.ru_maxrss / 1024, lines[-1] if lines else ""
+    argv = [sys.executable, "-m", "nodeagent", "fleet", "--prometheus", url, *args]
+    m = run_measured(argv, {**os.environ, **(env or {})})
+    lines = m.stderr.strip().splitlines()
+    return m.code, m.seconds, m.peak_mb, lines[-1] if lines else ""
 
 
 @contextlib.contextmanager

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.measured import run_measured
 from tests.slurmcluster import SlurmCluster, slurm_available
 
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
@@ -52,20 +50,9 @@ def agent(folder: Path, flood: str) -> Path:
 
 
 def run(argv: list[str], env: dict[str, str], seconds: float) -> tuple[int, float, float, str]:
-    """Exit code, seconds, peak RSS in MB, and its stdout."""
-    start = time.monotonic()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
-        timer = threading.Timer(seconds, proc.terminate)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    return proc.returncode, time.monotonic() - start, usage.ru_maxrss / 1024, text
+    """Exit code, seconds, peak RSS in MB, and its stdout (SIGTERM past `seconds`)."""
+    m = run_measured(argv, env, seconds)
+    return m.code, m.seconds, m.peak_mb, m.stdout
 
 
 def n1_result(stdout: str) -> str:
