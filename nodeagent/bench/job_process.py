@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
+from nodeagent.core import interrupt
+
 LINE_BYTES = 4096  # of one output line kept: a figure for --metric is near the start of its line
 STOP_GRACE_S = 2.0  # SIGTERM to SIGKILL for what a trial leaves (Slurm's KillWait is 30 s)
 DRAIN_S = 1.0  # reading what is left in the pipes once the job and its leftovers are stopped
@@ -82,18 +84,20 @@ def run(argv: Sequence[str], env: Mapping[str, str], limit_s: float, keep: int) 
     """Run `argv` in a session of its own until it exits or `limit_s` passes; whatever of its
     session is still running then is stopped. OSError when it cannot start."""
     start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env),
-        start_new_session=True,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
     out, err = LineTail(keep), LineTail(keep)
-    tails = {proc.stdout: out, proc.stderr: err}
+    proc: subprocess.Popen[bytes] | None = None
     try:
+        with interrupt.critical():  # an interrupt as it starts waits until `proc` is known here
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(env),
+                start_new_session=True,
+            )
+        assert proc.stdout is not None and proc.stderr is not None
+        tails = {proc.stdout: out, proc.stderr: err}
         with selectors.DefaultSelector() as sel:
             for pipe in tails:
                 sel.register(pipe, selectors.EVENT_READ)
@@ -104,11 +108,14 @@ def run(argv: Sequence[str], env: Mapping[str, str], limit_s: float, keep: int) 
             leftovers = stop_session(proc)
             _drain(sel, tails, time.monotonic() + DRAIN_S)
     except BaseException:  # an interrupt, or an error of ours: nothing of the trial stays
-        stop_session(proc)
+        if proc is not None:
+            stop_session(proc)
         raise
     finally:
-        for pipe in tails:
-            pipe.close()
+        if proc is not None:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
     return Ended(proc.returncode, ended - start, out.text(), err.text(), leftovers)
 
 
