@@ -85,7 +85,8 @@ PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Tests marked solo measure a speed-up on this machine (A/B trials of real TensorFlow): another
-# test on the other CPU would be what they measure, so they run after the others, one at a time.
+# test on the other CPU would be what they measure; or they switch a machine-wide value (this
+# machine's THP) that a live check beside them would read. They run after the others, one at a time.
 test: system-packages $(VENV)/.installed-test bytecode lint typecheck
 	$(BIN)/pytest -q -m "not solo" $(PYTEST_PARALLEL)
 	$(BIN)/pytest -q -m solo

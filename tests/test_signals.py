@@ -41,7 +41,7 @@ def test_a_signal_during_a_trial_on_a_fake_root(case: signal_trials.Case, tmp_pa
 
 
 @needs_root_thp
-@pytest.mark.xdist_group(name="live-thp")  # one machine-wide value: one test at a time
+@pytest.mark.solo  # switches this machine's THP: a live check beside it would see "never"
 @pytest.mark.parametrize("case", signal_trials.cases(live=True), ids=lambda c: c.name)
 def test_a_signal_during_a_trial_on_this_machine(case: signal_trials.Case, tmp_path: Path) -> None:
     with signal_trials.live_thp():
