@@ -147,13 +147,16 @@ class HostKeys:
                 self._load(path)
 
     def client_config(self) -> FabricConfig:
-        """One Fabric Config for every connection of the run (only read by the connections)."""
+        """A Fabric Config for one connection: a copy of one loaded once per run (loading reads the
+        SSH config files). Connections must not share one: a Connection reads and merges its config
+        while connecting, and two hosts connecting at once with one Config raced (an AttributeError
+        naming the config's keys)."""
         from fabric import Config
 
         with self._lock:
             if "config" not in self._client:
                 self._client["config"] = Config()
-            config: FabricConfig = self._client["config"]
+            config: FabricConfig = self._client["config"].clone()
             return config
 
     def identity(self, path: str) -> paramiko.PKey | None:
