@@ -409,24 +409,31 @@ def _fallback_note(done: subprocess.CompletedProcess[str], home: Path, why: str,
     )
 
 
-def test_a_read_only_home_falls_back_to_a_private_temporary_cache(
-    node: Node, recordings: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize(
+    ("option", "recording", "why"),
+    [("ro", HWLOC_WARN, "read-only"), ("noexec", FAIL_RECORDING, "noexec")],
+    ids=["read-only", "noexec"],
+)
+def test_a_home_it_cannot_unpack_into_falls_back_to_a_private_temporary_cache(
+    node: Node, recordings: dict[str, str], tmp_path: Path, option: str, recording: str, why: str
 ) -> None:
-    """HOME on a read-only file system: the pyz unpacks into a fresh folder under TMPDIR, says so in
-    one line naming both, and removes it at exit."""
+    """HOME (so the default PEX_ROOT) on a read-only file system, or on one mounted noexec where the
+    compiled modules it would unpack cannot be loaded: the pyz unpacks into a fresh folder under
+    TMPDIR, says so in one line naming both and why, removes it at exit, and gives the check's own
+    document and exit code."""
     _root_only()
-    home, scratch = tmp_path / "ro-home", tmp_path / "tmp"
+    home, scratch = tmp_path / f"{option}-home", tmp_path / "tmp"
     home.mkdir()
     scratch.mkdir()
-    args = ["check", "--root", recordings[HWLOC_WARN], "--format", "json"]
+    args = ["check", "--root", recordings[recording], "--format", "json"]
     inner = shlex.join(
         [*_clean_env(node, {"HOME": str(home), "TMPDIR": str(scratch)}), SYSTEM_PYTHON, str(node.pyz), *args]
     )
-    mount = f"mount -t tmpfs -o ro nodeagent-ro-home {shlex.quote(str(home))} && {inner}"
+    mount = f"mount -t tmpfs -o {option} nodeagent-{option}-home {shlex.quote(str(home))} && {inner}"
     done = _in_mount_namespace(node, mount)
-    doc = _document(done, "nodeagent.pyz with a read-only HOME")
-    assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[HWLOC_WARN]
-    assert _fallback_note(done, home, "read-only", scratch), done.stderr
+    doc = _document(done, f"nodeagent.pyz with HOME on a {why} mount")
+    assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[recording]
+    assert _fallback_note(done, home, why, scratch), done.stderr
     assert list(scratch.iterdir()) == [], "the temporary cache is removed at exit"
 
 
@@ -442,29 +449,6 @@ def test_an_unset_home_caches_under_the_users_home_from_passwd(node: Node) -> No
     done = _in_mount_namespace(node, script)
     assert done.returncode == 0, done.stderr
     assert "version" in done.stdout and "venvs" in done.stdout.split()
-
-
-def test_a_noexec_home_falls_back_to_a_private_temporary_cache(
-    node: Node, recordings: dict[str, str], tmp_path: Path
-) -> None:
-    """HOME (so the default PEX_ROOT) on a file system mounted noexec, where the compiled modules
-    it would unpack cannot be loaded: as for a read-only one, a fresh folder under TMPDIR, one line
-    that says so, removed at exit; the check's own document and exit code."""
-    _root_only()
-    home, scratch = tmp_path / "noexec-home", tmp_path / "tmp"
-    home.mkdir()
-    scratch.mkdir()
-    args = ["check", "--root", recordings[FAIL_RECORDING], "--format", "json"]
-    inner = shlex.join(
-        [*_clean_env(node, {"HOME": str(home), "TMPDIR": str(scratch)}), SYSTEM_PYTHON, str(node.pyz), *args]
-    )
-    done = _in_mount_namespace(
-        node, f"mount -t tmpfs -o noexec nodeagent-noexec-home {shlex.quote(str(home))} && {inner}"
-    )
-    doc = _document(done, "nodeagent.pyz with HOME on a noexec mount")
-    assert done.returncode == EXIT_CODES[doc["status"]] == RECORDINGS[FAIL_RECORDING]
-    assert _fallback_note(done, home, "noexec", scratch), done.stderr
-    assert list(scratch.iterdir()) == [], "the temporary cache is removed at exit"
 
 
 def test_noexec_everywhere_is_exit_74_and_one_line_naming_pex_root(node: Node) -> None:

@@ -24,6 +24,7 @@ from tests.gpu_samples import A100_XML
 from tests.helpers import ETH, GPU, NIC, make_tree, pci_tree
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PROCFS_TREE = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"
 
 # -- the property: consistent, idempotent, nothing left ------------------------------------------
 
@@ -359,14 +360,9 @@ def _identifier_kind(path: str) -> str | None:
 def test_a_real_sysfs_tree_loses_its_serials_and_world_wide_names(tmp_path: Path) -> None:
     """prometheus/procfs's recorded tree: DMI, NVMe and battery serials, disks' wwid, the FC host's
     WWNN/WWPN, SAS addresses, FC-NVMe addresses (nn-0x...:pn-0x...), an InfiniBand node GUID."""
-    archive = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"
-    ttar.extract(archive.read_bytes().decode("utf-8", "surrogateescape"), tmp_path)
-    root = tmp_path / "fixtures"
-    files = {
-        "/" + str(p.relative_to(root)): p.read_bytes()
-        for p in root.rglob("*")
-        if p.is_file() and not p.is_symlink()
-    }
+    files = ttar.regular_files(
+        FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar", tmp_path
+    )
     out = redact.redact(files).files
     found: dict[str, int] = {}
     for path, data in files.items():

@@ -53,3 +53,15 @@ def extract(text: str, dest: Path) -> None:
             path.write_bytes(content.replace("NULLBYTE", "\0").encode("utf-8", "surrogateescape"))
         else:
             raise TtarError(f"line {i}: unexpected {line[:60]!r}")
+
+
+def regular_files(archive: Path, dest: Path, top: str = "fixtures") -> dict[str, bytes]:
+    """Extract `archive` under `dest`; its regular files (links left out) by their path from the
+    tree's top folder `top`, as a recording's root holds them ("/sys/...")."""
+    extract(archive.read_bytes().decode("utf-8", "surrogateescape"), dest)
+    tree = dest / top
+    return {
+        "/" + str(p.relative_to(tree)): p.read_bytes()
+        for p in tree.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    }

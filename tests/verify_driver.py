@@ -34,8 +34,7 @@ def main(argv: list[str]) -> int:
         try:
             _run(mode, root, int(pairs), metric, tuple(command))
         except KeyboardInterrupt as e:
-            by = f" by {e.name}" if isinstance(e, interrupt.Interrupted) else ""
-            print(f"nodeagent: interrupted{by}", file=sys.stderr)
+            print(f"nodeagent: {interrupt.message(e)}", file=sys.stderr)
             return interrupt.exit_code(e)
     return 0
 

@@ -34,14 +34,10 @@ class VerifyRequest:
 def validate(request: VerifyRequest) -> None:
     """The usage errors, found before anything starts (a progress display, a trial)."""
     from nodeagent.bench import verify
-    from nodeagent.tuning import profile
 
     job = request.job()
     job.validate()
-    if not verify.profile_journals(request.profile):  # runtime values alone are a profile too
-        profile.load(request.profile)
-    else:
-        profile.load_if_present(request.profile)
+    verify.check_profile(request.profile)
     if job.builtin:
         from nodeagent.app.bench import need_tensorflow
 

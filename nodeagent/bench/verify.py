@@ -316,6 +316,20 @@ def profile_journals(profile_name: str) -> list[Journal]:
     ]
 
 
+def check_profile(profile_name: str) -> list[Journal]:
+    """The profile's applied journals; a profile that is neither a settings file nor runtime values
+    (`tune --apply --only thp --profile P` writes journals and no file), or an unreadable file, is
+    one UsageError line, before anything runs."""
+    from nodeagent.tuning import profile
+
+    journals = profile_journals(profile_name)
+    if journals:
+        profile.load_if_present(profile_name)
+    else:
+        profile.load(profile_name)
+    return journals
+
+
 def verify_profile(
     job: Job,
     profile_name: str,
@@ -324,17 +338,11 @@ def verify_profile(
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
 ) -> ProfileVerdict:
     """A/B trials of the job without (A) and with (B) the profile and its runtime values."""
-    from nodeagent.tuning import history, profile
+    from nodeagent.tuning import history
     from nodeagent.tuning.state import StateDiskError
 
     job.validate()
-    journals = profile_journals(profile_name)
-    # Absent or unreadable: one line, before anything runs. A profile may be runtime values alone
-    # (`tune --apply --only thp --profile P` writes journals and no settings file).
-    if journals:
-        profile.load_if_present(profile_name)
-    else:
-        profile.load(profile_name)
+    journals = check_profile(profile_name)
     result = trials(job, profile_name, journals, None, on_trial, on_block)
     out = ProfileVerdict(
         profile_name, job, result, settings_diff(None, _profile_text(profile_name)), _runtime(journals)

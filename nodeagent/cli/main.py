@@ -799,8 +799,7 @@ def list_tuners(show_params: bool) -> None:
 def _interrupted(e: KeyboardInterrupt) -> NoReturn:
     """Exit 128 + the signal's number (130 SIGINT, 143 SIGTERM, 129 SIGHUP), once the clean-up of
     every `finally` on the way here is done."""
-    by = f" by {e.name}" if isinstance(e, interrupt.Interrupted) else ""
-    _fail(f"interrupted{by}", interrupt.exit_code(e))
+    _fail(interrupt.message(e), interrupt.exit_code(e))
 
 
 def _fail(message: str, code: int) -> NoReturn:

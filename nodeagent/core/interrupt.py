@@ -57,6 +57,12 @@ def exit_code(e: BaseException) -> int:
     return 128 + (e.signum if isinstance(e, Interrupted) else int(signal.SIGINT))
 
 
+def message(e: KeyboardInterrupt) -> str:
+    """The one line an interrupted command ends with: "interrupted by SIGTERM" ("interrupted" for a
+    KeyboardInterrupt raised without a signal)."""
+    return f"interrupted by {e.name}" if isinstance(e, Interrupted) else "interrupted"
+
+
 def received() -> int | None:
     """The signal that interrupted this process, if one did."""
     return _state.received

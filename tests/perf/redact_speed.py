@@ -24,17 +24,11 @@ from nodeagent.host import redact  # noqa: E402
 from tests import ttar  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
+PROCFS_TREE = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"
 
 
 def recording(scratch: Path) -> dict[str, bytes]:
-    archive = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"
-    ttar.extract(archive.read_bytes().decode("utf-8", "surrogateescape"), scratch)
-    tree = scratch / "fixtures"
-    files = {
-        "/" + str(p.relative_to(tree)): p.read_bytes()
-        for p in tree.rglob("*")
-        if p.is_file() and not p.is_symlink()
-    }
+    files = ttar.regular_files(PROCFS_TREE, scratch)
     for n, path in enumerate(sorted(FIXTURES.rglob("*"))):
         if path.is_file() and path.suffix in (".txt", ".xml", ".log"):
             files[f"/commands/fixture-{n}.txt"] = path.read_bytes()
