@@ -78,10 +78,12 @@ def cases(live: bool) -> list[Case]:
 
 @contextmanager
 def live_thp() -> Iterator[str]:
-    """This machine's THP selector, put back as it was afterwards, whatever a run left."""
+    """This machine's THP selector set to "madvise" for the run (the trials tell side B by "never",
+    so side A needs any other value, whatever the machine booted with), put back afterwards."""
     path = Path(THP)
     before = next(w.strip("[]") for w in path.read_text().split() if w.startswith("["))
     try:
+        path.write_text("madvise")
         yield before
     finally:
         path.write_text(before)
