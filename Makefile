@@ -128,7 +128,10 @@ dist-check: $(VENV)/.installed-test
 # makes a venv there, so the `python -m nodeagent` of its child processes finds nodeagent too.
 # build-aux/pyz_preamble.py runs before pex's bootstrap: it moves an unusable $PEX_ROOT (read-only,
 # noexec) to a private temporary folder, and a start that fails exits 69, 70 or 74 with one line,
-# never 1 (check's WARN); pex's own warnings, noise on a node, show only with PEX_VERBOSE.
+# never 1 (check's WARN); pex's own warnings, noise on a node, show only with PEX_VERBOSE. It also
+# answers `nodeagent.pyz install DIR` (unpacked once, into a venv: DIR/bin/nodeagent), and with
+# NODEAGENT_NO_UNPACK=1 (the Slurm scripts: a prolog has 9 s) a build not unpacked yet unpacks in
+# the background and the run exits 75 at once.
 # The same tree gives the same file: the tools are pinned in build-aux/pyz-requirements.txt (own venv,
 # build/pyz-venv), PyPI is read as it was at PYZ_INDEX_DATE (a newer minimum in pyproject.toml needs a
 # later date) and SOURCE_DATE_EPOCH fixes the wheel's file times
@@ -144,19 +147,27 @@ pyz:
 	if [ -f $$pyz ] && [ -z "$$(find $$sources -type f ! -name '*.pyc' -newer $$pyz -print -quit)" ]; then \
 	  echo "$$pyz is up to date"; exit 0; \
 	fi; \
+	step() { echo "pyz: $$1 ($$SECONDS s)"; }; \
 	if [ ! $$reqs -ot $$venv/.installed ]; then \
+	  step "1/3 the build tools into $$venv, from $$reqs"; \
 	  rm -rf $$venv && $(PYTHON) -m venv $$venv && $$venv/bin/pip install --quiet -r $$reqs && \
 	  touch $$venv/.installed || exit 1; \
-	fi; \
+	else step "1/3 the build tools: $$venv reused"; fi; \
 	touch build/.pyz.started && rm -rf build/pyz-dist build/pyz-tmp && mkdir build/pyz-tmp; \
-	echo "building $$pyz: the wheel, then pex (PyPI as of $(PYZ_INDEX_DATE))"; \
+	step "2/3 the wheel (python -m build, log build/pyz-tmp/wheel.log)"; \
 	SOURCE_DATE_EPOCH=315532800 $$venv/bin/python -m build --outdir build/pyz-dist . \
 	  >build/pyz-tmp/wheel.log 2>&1 || { tail -30 build/pyz-tmp/wheel.log; exit 1; }; \
+	step "3/3 pex: the wheels of 10 interpreter-machine pairs from PyPI as of $(PYZ_INDEX_DATE)$$(\
+	  [ -d build/pyz-cache ] && echo ", build/pyz-cache reused" || echo " (an empty cache: about 2 min)")"; \
+	( while sleep 20; do \
+	    echo "pyz:   pex still resolving ($$SECONDS s, $$(find build/pyz-cache -name '*.whl' 2>/dev/null | wc -l) wheels in build/pyz-cache)"; \
+	  done ) & ticker=$$!; \
 	$$venv/bin/pex build/pyz-dist/nodeagent-*.whl $(PYZ_PLATFORMS) \
 	  --pip-version 26.2.1 --uploaded-prior-to $(PYZ_INDEX_DATE) \
 	  --console-script nodeagent --venv --python-shebang '/usr/bin/env python3' \
 	  --preamble-file build-aux/pyz_preamble.py --no-emit-warnings \
-	  --pex-root build/pyz-cache --tmpdir build/pyz-tmp -o $$pyz.part || exit 1; \
+	  --pex-root build/pyz-cache --tmpdir build/pyz-tmp -o $$pyz.part; made=$$?; \
+	kill $$ticker 2>/dev/null; wait $$ticker 2>/dev/null; [ $$made = 0 ] || exit 1; \
 	mv $$pyz.part $$pyz && touch -r build/.pyz.started $$pyz; \
 	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \
 	echo "built $$pyz: $$(du -m $$pyz | cut -f1) MB in $$SECONDS s"

@@ -72,6 +72,11 @@ if args[:1] == ["preflight"]:
         sys.exit(1)
     if mode == "hang":
         time.sleep(60)
+    if mode == "cold":  # nodeagent.pyz before its build is unpacked: minutes in the foreground
+        if os.environ.get("NODEAGENT_NO_UNPACK") == "1":
+            print("nodeagent: busy: this build of nodeagent.pyz is not unpacked yet", file=sys.stderr)
+            sys.exit(75)
+        time.sleep(60)
 sys.exit(0)
 """
 )
@@ -173,6 +178,7 @@ class Node:
             "SLURMD_NODENAME": "node07",
             "SLURM_JOB_ID": "4242",
             "NODEAGENT_CONFIG": str(self.root / "no-such-config"),
+            "NODEAGENT_INSTALLED": str(self.root / "opt" / "bin" / "nodeagent"),
             "NODEAGENT_REPORT_DIR": str(self.reports),
             "TMPDIR": str(self.root),
             "HOME": str(self.root),
@@ -430,6 +436,29 @@ def test_prolog_drains_a_hung_node_when_the_timeout_fires(node: Node) -> None:
     assert drain[-1].startswith("reason=nodeagent: preflight hung, no answer in 1s")
 
 
+@pytest.mark.parametrize("strict", ["0", "1"])
+def test_prolog_lets_the_job_run_while_a_first_run_of_the_pyz_unpacks(node: Node, strict: str) -> None:
+    """The pyz's first run of a build unpacks for longer than the prolog's timeout: told not to
+    (NODEAGENT_NO_UNPACK=1), it exits 75 at once, and that is no hung check, strict or not."""
+    proc = node.run("slurm-prolog.sh", FAKE_MODE="cold", NODEAGENT_TIMEOUT="5", NODEAGENT_STRICT=strict)
+    assert proc.returncode == 0, proc.stderr
+    assert drains(node) == []
+    assert "could not judge the node yet (exit 75" in proc.stderr
+    assert "busy: this build of nodeagent.pyz is not unpacked yet" in proc.stderr  # the pyz's own line
+
+
+def test_prolog_prefers_the_installed_entry_point(node: Node) -> None:
+    """`nodeagent.pyz install DIR` makes DIR/bin/nodeagent, which starts with nothing to unpack."""
+    installed = node.root / "opt" / "bin" / "nodeagent"
+    installed.parent.mkdir(parents=True)
+    source = FAKE_NODEAGENT.replace('record("nodeagent")', 'record("installed")')
+    installed.write_text(f"#!{sys.executable}\n{source}")
+    installed.chmod(0o755)
+    assert node.run("slurm-prolog.sh", FAKE_MODE="pass").returncode == 0
+    assert len(node.calls("installed")) == 1
+    assert node.calls("nodeagent") == []
+
+
 def test_prolog_refuses_even_when_scontrol_fails(node: Node) -> None:
     """Slurm drains the node itself on the prolog's failure ("Prolog error"): the job must not run."""
     proc = node.run("slurm-prolog.sh", FAKE_MODE="fail", FAKE_SCONTROL_FAIL="1")
@@ -492,6 +521,15 @@ def test_healthcheck_does_nothing_when_nodeagent_cannot_judge(node: Node) -> Non
     assert proc.returncode == 0
     assert node.state() == {"state": "IDLE+DRAIN", "reason": REASON}  # neither resumed nor drained
     assert "could not judge" in proc.stderr
+
+
+def test_healthcheck_leaves_the_node_while_a_first_run_of_the_pyz_unpacks(node: Node) -> None:
+    node.set_state("IDLE+DRAIN", REASON)
+    proc = node.run("slurm-healthcheck.sh", FAKE_MODE="cold", NODEAGENT_TIMEOUT="5", NODEAGENT_STRICT="1")
+    assert proc.returncode == 0, proc.stderr
+    assert node.state() == {"state": "IDLE+DRAIN", "reason": REASON}  # neither resumed nor drained again
+    assert [c for c in node.calls("scontrol") if c[0] == "update"] == []
+    assert "could not judge the node yet (exit 75" in proc.stderr
 
 
 def test_healthcheck_drains_a_hung_node(node: Node) -> None:

@@ -7,7 +7,10 @@ nodeagent (this venv's) on the same recordings and on the host itself, and its e
 worst status, as nodeagent's is. Then: the other CPython versions found here, a read-only and an
 unset HOME, and the wheels the file holds for the interpreters and machines it claims. And a start
 that fails (older pythons only, PEX_ROOT full or noexec, a damaged copy): one line and the README's
-exit code for it, never 1, check's WARN.
+exit code for it, never 1, check's WARN. Last, the start inside a Slurm prolog's budget: the shipped
+prolog against an empty cache never drains the node (the first run unpacks in the background and
+exits 75), an unpack killed midway leaves no stale lock, and `nodeagent.pyz install DIR` makes an
+entry point with nothing to unpack.
 
 `make pyz` rebuilds the file only when a source is newer than it, so the build costs a minute or
 two once per change of the tree; it skips here only when PyPI cannot be reached for it.
@@ -15,6 +18,7 @@ two once per change of the tree; it skips here only when PyPI cannot be reached 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -25,12 +29,14 @@ import struct
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import parse_wheel_filename
@@ -561,3 +567,194 @@ def test_the_file_holds_compiled_wheels_for_every_claimed_interpreter_and_machin
         if not any(str(name) == project and tags & _targets(minor, machine) for name, _, _, tags in wheels)
     ]
     assert missing == []
+
+
+# --- Start-up within a Slurm prolog's budget ------------------------------------------------------
+
+PROLOG = REPO / "nodeagent" / "integrations" / "slurm-prolog.sh"
+# Exit code of a run told not to unpack (NODEAGENT_NO_UNPACK=1) whose build is not unpacked yet.
+EX_TEMPFAIL = 75
+# A recording `preflight` passes, so that every judged run lets the job run too.
+PASSING = "sysfs-ghw-xeon-l5640-2socket"
+# Records each call of scontrol: the prolog drains through it.
+FAKE_SCONTROL = '#!/bin/sh\necho "$*" >>"$FAKE_LOG"\n'
+
+
+@dataclass(frozen=True)
+class Prolog:
+    """The shipped prolog on the host, with a fake scontrol on PATH, a cache of its own (PEX_ROOT,
+    empty until a run fills it) and `nodeagent` the pyz reading a recording."""
+
+    node: Node
+    folder: Path
+
+    @property
+    def pex_root(self) -> Path:
+        return self.folder / "pex-root"
+
+    @property
+    def scontrol_calls(self) -> list[str]:
+        log = self.folder / "scontrol.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {
+            "PATH": f"{self.folder / 'bin'}:{CLEAN_PATH}",
+            "FAKE_LOG": str(self.folder / "scontrol.log"),
+            "PEX_ROOT": str(self.pex_root),
+            "NODEAGENT": str(self.folder / "bin" / "nodeagent"),
+            "NODEAGENT_INSTALLED": str(self.folder / "not-installed"),
+            "NODEAGENT_CONFIG": str(self.folder / "no-config"),
+            "NODEAGENT_REPORT_DIR": str(self.folder / "reports"),
+            "SLURMD_NODENAME": "node01",
+            "SLURM_JOB_ID": "7",
+            **(extra or {}),
+        }
+
+    def run(self, extra: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """The prolog as slurmd runs it, with its own timeout (NODEAGENT_TIMEOUT, 9 s)."""
+        command = [*_clean_env(self.node, self.env(extra)), "bash", str(PROLOG)]
+        return _ssh(self.node, shlex.join(command))
+
+    def pyz(
+        self, args: Sequence[str], extra: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        command = [*_clean_env(self.node, self.env(extra)), SYSTEM_PYTHON, str(self.node.pyz), *args]
+        return _ssh(self.node, shlex.join(command))
+
+
+@pytest.fixture
+def prolog(node: Node, recordings: dict[str, str], tmp_path: Path) -> Iterator[Prolog]:
+    folder = tmp_path / "prolog"
+    (folder / "bin").mkdir(parents=True)
+    scontrol = folder / "bin" / "scontrol"
+    scontrol.write_text(FAKE_SCONTROL)
+    wrapper = folder / "bin" / "nodeagent"  # the pyz, on the recording: `nodeagent CMD --root REC ARGS`
+    wrapper.write_text(
+        f'#!/bin/sh\ncommand=$1; shift\nexec {SYSTEM_PYTHON} {shlex.quote(str(node.pyz))} "$command"'
+        f' --root {shlex.quote(recordings[PASSING])} "$@"\n'
+    )
+    for executable in (scontrol, wrapper):
+        executable.chmod(0o755)
+    made = Prolog(node, folder)
+    yield made
+    _stop_unpacks(made.pex_root)
+
+
+def _holders(paths: set[str]) -> list[psutil.Process]:
+    """The processes holding one of `paths` open (a lock held with flock lives as long as they do)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(f.path in paths for f in process.open_files()):
+                found.append(process)
+    return found
+
+
+def _unpack_locks(pex_root: Path) -> set[str]:
+    return {str(p) for p in pex_root.glob("nodeagent-unpack.*.lock")}
+
+
+def _wait_for_the_background_unpack(pex_root: Path) -> None:
+    """Until no process holds the lock: the unpack ended (not a timing assert: the test's limit)."""
+    while _holders(_unpack_locks(pex_root)):
+        time.sleep(0.5)
+
+
+def _kill_trees(processes: Sequence[psutil.Process]) -> None:
+    """SIGKILL to each process and everything it started, as the OOM killer or timeout(1) would."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            for member in [process, *process.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    member.kill()
+
+
+def _stop_unpacks(pex_root: Path) -> None:
+    _kill_trees(_holders(_unpack_locks(pex_root)))
+
+
+def test_the_shipped_prolog_never_drains_a_node_on_a_cold_cache(prolog: Prolog) -> None:
+    """A first run of a build unpacks for longer than the prolog's 9 s: it must not count as a hung
+    check (a drain), but start the unpack in the background and say so (exit 75, logged, the job
+    runs). Once unpacked, the prolog judges the node: the recording passes, so no drain ever."""
+    first = prolog.run()
+    assert first.returncode == 0, first.stderr
+    assert prolog.scontrol_calls == []
+    assert "could not judge the node yet (exit 75" in first.stderr
+    assert "unpacking it in the background" in first.stderr
+    _wait_for_the_background_unpack(prolog.pex_root)
+    later = prolog.run()
+    assert later.returncode == 0, later.stderr
+    assert prolog.scontrol_calls == []
+    assert "could not judge" not in later.stderr
+    report = json.loads((prolog.folder / "reports" / "node01.json").read_text())
+    assert report["verdict"]["allowed"] is True
+
+
+def test_an_unpack_killed_midway_leaves_no_lock_that_stops_the_next(prolog: Prolog) -> None:
+    """SIGKILL to the background unpack while it writes the cache (as timeout(1) or an OOM kill
+    would): the next run starts a new unpack rather than waiting on a stale lock, and that one
+    finishes and runs."""
+    started = prolog.pyz(["--version"], {"NODEAGENT_NO_UNPACK": "1"})
+    assert started.returncode == EX_TEMPFAIL, started.stderr
+    while not any(prolog.pex_root.glob("installed_wheels/*")) and _holders(_unpack_locks(prolog.pex_root)):
+        time.sleep(0.1)
+    _stop_unpacks(prolog.pex_root)
+    again = prolog.pyz(["--version"], {"NODEAGENT_NO_UNPACK": "1"})
+    assert again.returncode == EX_TEMPFAIL, "killed before it finished: still not unpacked"
+    assert "unpacking it in the background" in again.stderr, again.stderr  # a new one, not "under way"
+    _wait_for_the_background_unpack(prolog.pex_root)
+    done = prolog.pyz(["--version"], {"NODEAGENT_NO_UNPACK": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == run_installed(prolog.node, ["--version"]).stdout
+
+
+def test_install_makes_an_entry_point_the_prolog_runs_with_nothing_to_unpack(
+    prolog: Prolog, recordings: dict[str, str]
+) -> None:
+    """`nodeagent.pyz install DIR`: DIR/bin/nodeagent gives the installed nodeagent's document,
+    leaves nothing in the user's cache, and the prolog runs it (its default location, here
+    NODEAGENT_INSTALLED). An install killed midway is finished by the next."""
+    home = prolog.folder / "opt"
+    killed = subprocess.Popen(
+        prolog.node.cluster.ssh_argv(
+            prolog.node.name,
+            shlex.join(
+                [
+                    *_clean_env(prolog.node, prolog.env()),
+                    SYSTEM_PYTHON,
+                    str(prolog.node.pyz),
+                    "install",
+                    str(home),
+                ]
+            ),
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while not any(home.glob(".unpack.*/installed_wheels/*")) and killed.poll() is None:
+        time.sleep(0.1)
+    _kill_trees(_holders({str(home / ".install.lock")}))
+    killed.wait(timeout=RUN_TIMEOUT_S)
+    installed = prolog.pyz(["install", str(home)])
+    assert installed.returncode == 0, installed.stderr
+    entry = home / "bin" / "nodeagent"
+    assert f"run {entry}" in installed.stdout
+    assert [p.name for p in home.iterdir() if p.name.startswith(".unpack.")] == []
+    assert not prolog.pex_root.exists(), "install unpacks into DIR, not the user's cache"
+    args = ["check", "--root", recordings[HWLOC_WARN], "--format", "json"]
+    got = _document(_ssh(prolog.node, shlex.join([*_clean_env(prolog.node), str(entry), *args])), str(entry))
+    assert stable(got) == stable(_document(run_installed(prolog.node, args), "installed nodeagent"))
+    # The prolog's default entry point, as a wrapper reading the recording the checks pass.
+    wrapper = prolog.folder / "installed-on-a-recording"
+    wrapper.write_text(
+        f'#!/bin/sh\ncommand=$1; shift\nexec {shlex.quote(str(entry))} "$command"'
+        f' --root {shlex.quote(recordings[PASSING])} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    ran = prolog.run({"NODEAGENT": "", "NODEAGENT_INSTALLED": str(wrapper)})
+    assert ran.returncode == 0, ran.stderr
+    assert "could not judge" not in ran.stderr and prolog.scontrol_calls == []
+    assert not prolog.pex_root.exists()

@@ -27,13 +27,18 @@
 #              problem with its fix: the reason is cut to fit), unless someone else drained the
 #              node (their reason is kept; the node is out of service anyway).
 #   124, 137   no answer within NODEAGENT_TIMEOUT: drain as hung, as refused.
+#   75         busy: a nodeagent.pyz unpacking its build in the background (a first run; see
+#              slurm-prolog.sh): logged, the node left as it is, even with NODEAGENT_STRICT=1.
 #   other      nodeagent could not judge the node (64 bad setting, 70 internal error, 126/127 not
 #              installed, 1 without a reason: Python failing to import it): logged, the node is
 #              left as it is (neither drained: a broken install must not drain a healthy cluster,
 #              nor resumed: nothing vouches for it). NODEAGENT_STRICT=1 drains instead.
 #
 # Settings (environment, or /etc/default/nodeagent, sourced when it exists):
-#   NODEAGENT            the nodeagent executable (default: nodeagent on PATH)
+#   NODEAGENT            the nodeagent executable (default: $NODEAGENT_INSTALLED where it
+#                        exists, else nodeagent on PATH)
+#   NODEAGENT_INSTALLED  /opt/nodeagent/bin/nodeagent   the entry point `nodeagent.pyz install
+#                        /opt/nodeagent` makes: nothing to unpack at a run
 #   NODEAGENT_PLAYBOOK   preflight                playbook deciding (`nodeagent playbooks`)
 #   NODEAGENT_BUDGET     30                       seconds the checks may take (preflight --budget)
 #   NODEAGENT_TIMEOUT    50                       seconds before the run counts as hung
@@ -51,7 +56,19 @@ if [[ -r $CONFIG ]]; then
 fi
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-NODEAGENT=${NODEAGENT:-nodeagent}
+# The entry point `nodeagent.pyz install /opt/nodeagent` makes (nothing to unpack at a run), else
+# nodeagent on PATH.
+INSTALLED=${NODEAGENT_INSTALLED:-/opt/nodeagent/bin/nodeagent}
+NODEAGENT=${NODEAGENT:-}
+if [[ -z $NODEAGENT ]]; then
+    NODEAGENT=nodeagent
+    if [[ -x $INSTALLED ]]; then
+        NODEAGENT=$INSTALLED
+    fi
+fi
+# A nodeagent.pyz whose build is not unpacked yet unpacks in the background and exits 75 rather
+# than spending this run's time on it.
+export NODEAGENT_NO_UNPACK=1
 PLAYBOOK=${NODEAGENT_PLAYBOOK:-preflight}
 BUDGET=${NODEAGENT_BUDGET:-30}
 TIMEOUT=${NODEAGENT_TIMEOUT:-50}
@@ -174,6 +191,11 @@ fi
 case $rc in
     0)
         resume
+        exit 0
+        ;;
+    75)
+        log "nodeagent could not judge the node yet (exit 75: a first run of this nodeagent.pyz," \
+            "unpacking in the background; its line above): the node is left as it is. No first run: nodeagent.pyz install /opt/nodeagent"
         exit 0
         ;;
     124 | 137)

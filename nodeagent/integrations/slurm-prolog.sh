@@ -30,6 +30,12 @@
 #              drain as hung, exit non-zero. The checks have their own budget, so a run this late
 #              is stuck in the kernel (a read of /sys or /proc, a GPU driver call): the node is not
 #              fit for a job either.
+#   75         busy: a nodeagent.pyz whose build is not unpacked in its cache yet (a first run, or
+#              the first after an upgrade). Unpacking takes 5-25 s, past this script's budget, so
+#              the file unpacks in the background and exits 75 at once (NODEAGENT_NO_UNPACK=1, set
+#              here): logged, exit 0, even with NODEAGENT_STRICT=1 (an upgrade would drain every
+#              node). The next job's prolog judges the node. `nodeagent.pyz install /opt/nodeagent`
+#              unpacks once at install time, and this script then runs /opt/nodeagent/bin/nodeagent.
 #   other      nodeagent could not judge the node: 64 a bad setting or playbook, 70 an internal
 #              error, 126/127 not executable or not installed, a signal, or 1 without a
 #              reason on stdout (Python failing to import nodeagent). Logged (syslog tag
@@ -45,7 +51,10 @@
 #
 # Settings (environment, or /etc/default/nodeagent, sourced when it exists; slurmd gives a prolog
 # no PATH of its own, so the usual directories are appended to whatever PATH it has):
-#   NODEAGENT            the nodeagent executable (default: nodeagent on PATH)
+#   NODEAGENT            the nodeagent executable (default: $NODEAGENT_INSTALLED where it
+#                        exists, else nodeagent on PATH)
+#   NODEAGENT_INSTALLED  /opt/nodeagent/bin/nodeagent   the entry point `nodeagent.pyz install
+#                        /opt/nodeagent` makes: nothing to unpack at a run
 #   NODEAGENT_PLAYBOOK   preflight                playbook deciding (`nodeagent playbooks`)
 #   NODEAGENT_BUDGET     5                        seconds the checks may take (preflight --budget)
 #   NODEAGENT_TIMEOUT    9                        seconds before the run counts as hung
@@ -62,7 +71,19 @@ if [[ -r $CONFIG ]]; then
 fi
 export PATH="${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-NODEAGENT=${NODEAGENT:-nodeagent}
+# The entry point `nodeagent.pyz install /opt/nodeagent` makes (nothing to unpack at a run), else
+# nodeagent on PATH.
+INSTALLED=${NODEAGENT_INSTALLED:-/opt/nodeagent/bin/nodeagent}
+NODEAGENT=${NODEAGENT:-}
+if [[ -z $NODEAGENT ]]; then
+    NODEAGENT=nodeagent
+    if [[ -x $INSTALLED ]]; then
+        NODEAGENT=$INSTALLED
+    fi
+fi
+# A nodeagent.pyz whose build is not unpacked yet unpacks in the background and exits 75 rather
+# than spending this run's time on it.
+export NODEAGENT_NO_UNPACK=1
 PLAYBOOK=${NODEAGENT_PLAYBOOK:-preflight}
 BUDGET=${NODEAGENT_BUDGET:-5}
 TIMEOUT=${NODEAGENT_TIMEOUT:-9}
@@ -136,6 +157,11 @@ if [[ $rc == [123] && $reason == nodeagent* ]]; then
 fi
 case $rc in
     0)
+        exit 0
+        ;;
+    75)
+        log "nodeagent could not judge the node yet (exit 75: a first run of this nodeagent.pyz," \
+            "unpacking in the background; its line above): the job runs. No first run: nodeagent.pyz install /opt/nodeagent"
         exit 0
         ;;
     124 | 137)
