@@ -44,6 +44,7 @@ ORDER = (
 )
 RUNTIME_AND_PROCESS = "numa-balancing,thp,c-states"
 SYSCTL = "/etc/sysctl.d/90-nodeagent.conf"
+TMPFILES = "/etc/tmpfiles.d/90-nodeagent.conf"
 
 
 @pytest.fixture
@@ -347,7 +348,7 @@ def test_persist_writes_sysctl_d_and_revert_removes_it(
 ) -> None:
     original = contents(node)
     code, out = nodeagent(
-        capsys, "tune", "--root", str(node), "--only", "numa-balancing,thp", "--apply", "--persist"
+        capsys, "tune", "--root", str(node), "--only", "numa-balancing", "--apply", "--persist"
     )
     lines = story_of(out)
     assert_consistent(lines)
@@ -362,18 +363,62 @@ def test_persist_writes_sysctl_d_and_revert_removes_it(
     )
     assert "1 persistent file(s) written" in the_only(lines, "applied:")
     assert "read back: 1 persistent file(s) hold what was written" in lines
-    # No TuneD on this node: the sysfs knobs are said not to be persisted, and why.
-    not_kept = [line for line in lines if line.startswith("not persisted:")]
-    assert [line.split(":")[1].strip() for line in not_kept] == [
-        "thp transparent_hugepage/enabled",
-        "thp transparent_hugepage/defrag",
-    ]
-    assert all("no TuneD here" in line and "lost at reboot" in line for line in not_kept)
-
     code, out = nodeagent(capsys, "revert", j.id)
     assert code == 0
     assert f"{SYSCTL} removed (it did not exist before)" in story_of(out)[0]
     assert shown_by_kernel(contents(node), original) == original  # /etc and the file gone again
+
+
+def test_persist_without_tuned_writes_tmpfiles_d_lines_with_real_paths_and_values(
+    capsys: pytest.CaptureFixture[str], node: Path, state: Path
+) -> None:
+    """No TuneD on this node: the sysfs knobs go to a tmpfiles.d file, one `w PATH - - - - VALUE`
+    line per file with the path and the value the apply wrote (tmpfiles.d(5): systemd-tmpfiles
+    writes them at every boot), journaled and reverted like the sysctl.d file."""
+    original = contents(node)
+    code, out = nodeagent(
+        capsys, "tune", "--root", str(node), "--only", "numa-balancing,thp", "--apply", "--persist"
+    )
+    lines = story_of(out)
+    assert_consistent(lines)
+    assert code == 0, out
+    text = (node / TMPFILES.lstrip("/")).read_text()
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        f"w {THP}/enabled - - - - madvise",
+        f"w {THP}/defrag - - - - defer+madvise",
+    ]
+    assert (node / SYSCTL.lstrip("/")).exists()  # /proc/sys keys stay in sysctl.d
+    (j,) = journal.all_journals()
+    assert sorted((f.path, f.before) for f in j.host_files) == [(SYSCTL, None), (TMPFILES, None)]
+    assert j.host_dirs == ["/etc", "/etc/sysctl.d", "/etc/tmpfiles.d"]
+    kept = [line for line in lines if line.startswith("persisted:")]
+    assert (
+        f"persisted: thp transparent_hugepage/enabled, thp transparent_hugepage/defrag kept in {TMPFILES}"
+        in kept
+    )
+    assert not any(line.startswith("not persisted:") for line in lines)
+    assert "read back: 2 persistent file(s) hold what was written" in lines
+    code, out = nodeagent(capsys, "revert", j.id)
+    assert code == 0
+    assert shown_by_kernel(contents(node), original) == original  # both files and /etc gone again
+
+
+def test_persist_without_tuned_merges_a_previous_tmpfiles_d_file(
+    capsys: pytest.CaptureFixture[str], node: Path, state: Path
+) -> None:
+    earlier = f"# by hand\nw {THP}/enabled - - - - always\nd /run/site 0755 root root -\n"
+    path = node / TMPFILES.lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_text(earlier)
+    code, out = nodeagent(capsys, "tune", "--root", str(node), "--only", "thp", "--apply", "--persist")
+    assert code == 0, out
+    assert [line for line in path.read_text().splitlines() if not line.startswith("#")] == [
+        f"w {THP}/enabled - - - - madvise",
+        "d /run/site 0755 root root -",
+        f"w {THP}/defrag - - - - defer+madvise",
+    ]
+    code, _ = nodeagent(capsys, "revert", "--all")
+    assert code == 0 and path.read_text() == earlier
 
 
 def test_persist_merges_with_and_restores_a_previous_file(
@@ -688,3 +733,21 @@ def test_tuners_params_lists_every_field_of_every_tuner(capsys: pytest.CaptureFi
             head = f"{tuner.id}.{f.name}: {type(f.default).__name__} = {f.default!r}"
             assert squeezed(head) in text, f.name
             assert squeezed(f.metadata["why"]) in text, f.name
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "line"),
+    [
+        (f"{THP}/enabled", "madvise", f"w {THP}/enabled - - - - madvise"),
+        ("/sys/x/pct", "50%", "w /sys/x/pct - - - - 50%%"),  # tmpfiles.d expands specifiers: %% is %
+        ("/sys/x/a b", "1", None),  # white space separates fields
+        ("/sys/x/list", "0 1", None),
+        ("/sys/x/q", 'a"b', None),
+        ("/sys/x/e", "", None),
+        ("/proc/x", "1", None),  # not sysfs: not this file's business
+    ],
+)
+def test_tmpfiles_line_writes_only_what_the_format_holds(path: str, value: str, line: str | None) -> None:
+    from nodeagent.tuning.persist import tmpfiles_line
+
+    assert tmpfiles_line(path, value) == line

@@ -17,7 +17,14 @@ written where the system applies them again at every boot.
   values themselves are already applied at runtime. /proc/sys keys are not put in the TuneD
   profile: TuneD re-applies /etc/sysctl.d after its own sysctls (reapply_sysctl = 1 in
   tuned-main.conf), so the sysctl.d file is the one place for them, with or without TuneD.
-- Without TuneD, sysfs values are not persisted, and the story says which (advice).
+- Without TuneD, sysfs knobs go to one tmpfiles.d file, /etc/tmpfiles.d/90-nodeagent.conf: a
+  `w PATH - - - - VALUE` line per file, which systemd-tmpfiles-setup.service writes at every boot
+  ("w: write the argument parameter to a file, if the file exists", tmpfiles.d(5),
+  https://man7.org/linux/man-pages/man5/tmpfiles.d.5.html). Lines already there (by hand, or a
+  previous --persist) stay, ours set over a `w` line of the same path. `%` is doubled (tmpfiles.d
+  expands specifiers in both fields); a path or value that the format cannot hold as it is (white
+  space, quotes, backslashes, control characters, an empty value) is not persisted, and the story
+  says why.
 
 Every file is journaled like every write (its previous content, or its absence) before the first
 write, and written through the Host, so a --root tree receives them, and `nodeagent revert`
@@ -37,6 +44,7 @@ from nodeagent.api.tune import Change, Scope
 from nodeagent.host import Host
 
 SYSCTL_FILE = "/etc/sysctl.d/90-nodeagent.conf"
+TMPFILES_FILE = "/etc/tmpfiles.d/90-nodeagent.conf"
 PROC_SYS = "/proc/sys/"
 TUNED_PROFILE = "nodeagent"
 TUNED_ACTIVE = "/etc/tuned/active_profile"
@@ -80,6 +88,7 @@ class FileState:
 @dataclass(frozen=True)
 class Facts:
     sysctl: FileState
+    tmpfiles: FileState
     tuned_active: list[str] | None  # the active TuneD profile(s); None: no TuneD answered
     tuned_answer: str  # what `tuned-adm active` said (for the story)
     tuned_conf: FileState | None
@@ -170,12 +179,12 @@ def tuned_conf_path(folder: str) -> str:
 
 def owned_files(host: Host | None = None) -> set[str]:
     """The host files --persist may write, so the only ones `nodeagent revert` restores: the
-    sysctl.d file, TuneD's two startup files, and the nodeagent TuneD profile in the default
-    folders or the one this host's tuned-main.conf names."""
+    sysctl.d and tmpfiles.d files, TuneD's two startup files, and the nodeagent TuneD profile in
+    the default folders or the one this host's tuned-main.conf names."""
     folders = {TUNED_NEW_USER_DIR, TUNED_OLD_USER_DIR}
     if host is not None:
         folders.add(_tuned_dir(host))
-    return {SYSCTL_FILE, TUNED_ACTIVE, TUNED_MODE, *(tuned_conf_path(d) for d in folders)}
+    return {SYSCTL_FILE, TMPFILES_FILE, TUNED_ACTIVE, TUNED_MODE, *(tuned_conf_path(d) for d in folders)}
 
 
 def _active(host: Host) -> tuple[list[str] | None, str]:
@@ -194,10 +203,11 @@ def _active(host: Host) -> tuple[list[str] | None, str]:
 def collect(host: Host) -> Facts:
     active, answer = _active(host)
     sysctl = _file(host, SYSCTL_FILE)
+    tmpfiles = _file(host, TMPFILES_FILE)
     if active is None:
-        return Facts(sysctl, None, answer, None, None, None)
+        return Facts(sysctl, tmpfiles, None, answer, None, None, None)
     conf = _file(host, tuned_conf_path(_tuned_dir(host)))
-    return Facts(sysctl, active, answer, conf, _file(host, TUNED_ACTIVE), _file(host, TUNED_MODE))
+    return Facts(sysctl, tmpfiles, active, answer, conf, _file(host, TUNED_ACTIVE), _file(host, TUNED_MODE))
 
 
 # -- deciding (pure) -----------------------------------------------------------------------------
@@ -236,6 +246,48 @@ def sysctl_text(before: str | None, values: dict[str, str]) -> str:
         *(f"{key} = {value}" for key, value in assigned.values()),
     ]
     return "\n".join(lines) + "\n"
+
+
+# What a tmpfiles.d field holds as written: no white space (the field separator), no quotes or
+# backslashes (quoting and C escapes), no control characters. `%` is escaped, not refused.
+_TMPFILES_FIELD = re.compile(r"^[^\s\"'\\\x00-\x1f\x7f]+$")
+
+
+def tmpfiles_line(path: str, value: str) -> str | None:
+    """`w PATH - - - - VALUE` (tmpfiles.d(5)); None when the path or value cannot be written as is."""
+    if not path.startswith("/sys/") or not _TMPFILES_FIELD.match(path) or not _TMPFILES_FIELD.match(value):
+        return None
+    return f"w {path.replace('%', '%%')} - - - - {value.replace('%', '%%')}"
+
+
+def _tmpfiles_path(line: str) -> str | None:
+    """The path of a `w` line (unescaped), None for any other line."""
+    fields = line.split()
+    if len(fields) < 2 or fields[0] != "w":
+        return None
+    return fields[1].replace("%%", "%")
+
+
+def tmpfiles_text(before: str | None, values: dict[str, str]) -> str:
+    """The tmpfiles.d file: the lines already there, ours set over a `w` line of the same path and
+    the others added in order."""
+    lines = [
+        line for line in (before or "").splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
+    ours = {path: tmpfiles_line(path, value) for path, value in values.items()}
+    body: list[str] = []
+    for line in lines:
+        path = _tmpfiles_path(line)
+        if path is not None and path in ours:
+            body.append(ours.pop(path) or line)  # None: not ours to write, the line stays
+        else:
+            body.append(line)
+    body += [line for line in ours.values() if line is not None]
+    header = [
+        "# Written by `nodeagent tune --apply --persist`: sysfs values systemd-tmpfiles writes at every",
+        f"# boot ({TMPFILES_DOC}). `nodeagent revert` restores this file as it was.",
+    ]
+    return "\n".join(header + body) + "\n"
 
 
 def _read_conf(text: str | None) -> dict[str, dict[str, str]]:
@@ -326,6 +378,29 @@ def _write(out: PersistPlan, state: FileState | None, after: str, what: str) -> 
     out.dirs += [d for d in state.missing_dirs if d not in out.dirs]
 
 
+def _plan_tmpfiles(out: PersistPlan, f: Facts, changes: list[Change]) -> None:
+    """Without TuneD: the sysfs writes as tmpfiles.d `w` lines; a change with a write the format
+    cannot hold is not persisted (whole: half a change at boot would be a setting never tested)."""
+    kept = [c for c in changes if all(tmpfiles_line(w.path, w.after) for w in c.writes)]
+    for c in changes:
+        if c in kept:
+            continue
+        bad = next(w for w in c.writes if tmpfiles_line(w.path, w.after) is None)
+        why = (
+            f"{bad.path} = {bad.after!r} cannot be written as a tmpfiles.d line (white space, quotes, "
+            f"backslashes or an empty value; {TMPFILES_DOC}): lost at reboot; install TuneD and run "
+            "again with --persist"
+            if bad.path.startswith("/sys/")
+            else "not a /proc/sys or /sys file: nothing to persist it with"
+        )
+        out.kept.append(Kept(c, None, why))
+    if not kept:
+        return
+    values = {w.path: w.after for c in kept for w in c.writes}
+    _write(out, f.tmpfiles, tmpfiles_text(f.tmpfiles.text, values), "tmpfiles.d")
+    out.kept += [Kept(c, TMPFILES_FILE) for c in kept]
+
+
 def plan(f: Facts, changes: Iterable[Change]) -> PersistPlan:
     """What --persist writes for the runtime changes of an apply."""
     runtime = [c for c in changes if c.scope is Scope.RUNTIME and not c.is_noop]
@@ -339,13 +414,7 @@ def plan(f: Facts, changes: Iterable[Change]) -> PersistPlan:
     if not sysfs_changes:
         return out
     if f.tuned_active is None:
-        answer = f.tuned_answer.splitlines()[0] if f.tuned_answer else "?"
-        why = (
-            f"no TuneD here (`tuned-adm active`: {answer}): "
-            f"lost at reboot; persist it by hand, e.g. a tmpfiles.d line `w PATH - - - - VALUE` "
-            f"({TMPFILES_DOC}), or install TuneD and run again with --persist"
-        )
-        out.kept += [Kept(c, None, why) for c in sysfs_changes]
+        _plan_tmpfiles(out, f, sysfs_changes)
         return out
     persistable = [c for c in sysfs_changes if all(tuned_option(w.path) for w in c.writes)]
     for c in sysfs_changes:
