@@ -8,11 +8,13 @@ BIN := $(VENV)/bin
 # iproute2, iputils-ping, openssh-server/-client and iperf3 for the test cluster (network namespaces
 # running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations; Slurm
 # (slurmctld, slurmd, munge) and Prometheus with node_exporter, which tests start with their own
-# configuration, ports and state folders and stop again.
+# configuration, ports and state folders and stop again; debhelper and python3-venv for `make deb`,
+# systemd for `systemd-analyze verify` of its units.
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck \
-	slurm-wlm slurm-client munge prometheus prometheus-node-exporter
+	slurm-wlm slurm-client munge prometheus prometheus-node-exporter \
+	debhelper python3-venv systemd
 
-.PHONY: run test test-fast bytecode dist-check pyz lint typecheck view perf fixtures system-packages clean
+.PHONY: run test test-fast bytecode dist-check pyz deb lint typecheck view perf fixtures system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -171,6 +173,25 @@ pyz:
 	mv $$pyz.part $$pyz && touch -r build/.pyz.started $$pyz; \
 	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \
 	echo "built $$pyz: $$(du -m $$pyz | cut -f1) MB in $$SECONDS s"
+
+# nodeagent as a Debian package, build/deb/nodeagent_VERSION_ARCH.deb: the wheel of this tree, and
+# packaging/debian (debhelper; what goes where and why is in its rules and maintainer scripts), built
+# with dpkg-buildpackage in a copy under build/deb/src (it writes its results to the folder above
+# the source). The changelog entry is made here from pyproject.toml's version, so the two never
+# disagree. Needs debhelper and python3-venv (`make system-packages`) and PyPI for the dependencies.
+DEB := build/deb
+deb: $(VENV)/.installed
+	@rm -rf $(DEB) && mkdir -p $(DEB)/src && \
+	version=$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])') && \
+	echo "building $(DEB)/nodeagent_$${version}: the wheel, a venv of it and its dependencies from PyPI, dpkg-buildpackage" && \
+	$(BIN)/pip wheel --quiet --no-deps --disable-pip-version-check --wheel-dir $(DEB)/src/wheel . && \
+	cp -r packaging/debian $(DEB)/src/debian && \
+	printf 'nodeagent (%s) unstable; urgency=medium\n\n  * Built from the repository by make deb.\n\n -- %s  %s\n' \
+	  "$$version" "nodeagent maintainers <nodeagent@localhost>" "$$(date -R -d @$${SOURCE_DATE_EPOCH:-$$(date +%s)})" \
+	  > $(DEB)/src/debian/changelog && \
+	(cd $(DEB)/src && dpkg-buildpackage --build=binary --unsigned-source --unsigned-changes >../build.log 2>&1) \
+	  || { tail -40 $(DEB)/build.log; exit 1; }; \
+	echo "built $$(ls $(DEB)/*.deb) ($$(du -m $(DEB)/*.deb | cut -f1) MB) in $$SECONDS s"
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.
