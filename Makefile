@@ -9,12 +9,13 @@ BIN := $(VENV)/bin
 # running sshd); shellcheck for the Slurm and launcher scripts in nodeagent/integrations; Slurm
 # (slurmctld, slurmd, munge) and Prometheus with node_exporter, which tests start with their own
 # configuration, ports and state folders and stop again; debhelper and python3-venv for `make deb`,
-# systemd for `systemd-analyze verify` of its units.
+# systemd for `systemd-analyze verify` of its units; mmdebstrap and umoci build the OCI image
+# (`make image`), which podman runs where this machine lets it start a container (tests/test_image.py).
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck \
 	slurm-wlm slurm-client munge prometheus prometheus-node-exporter \
-	debhelper python3-venv systemd
+	debhelper python3-venv systemd mmdebstrap umoci podman
 
-.PHONY: run test test-fast bytecode dist-check pyz deb lint typecheck view perf fixtures system-packages clean
+.PHONY: run test test-fast bytecode dist-check pyz deb image lint typecheck view perf fixtures system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -174,6 +175,9 @@ pyz:
 	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \
 	echo "built $$pyz: $$(du -m $$pyz | cut -f1) MB in $$SECONDS s"
 
+# The version of pyproject.toml (the one place it is set), for the package and the image's tag.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+
 # nodeagent as a Debian package, build/deb/nodeagent_VERSION_ARCH.deb: the wheel of this tree, and
 # packaging/debian (debhelper; what goes where and why is in its rules and maintainer scripts), built
 # with dpkg-buildpackage in a copy under build/deb/src (it writes its results to the folder above
@@ -182,7 +186,7 @@ pyz:
 DEB := build/deb
 deb: $(VENV)/.installed
 	@rm -rf $(DEB) && mkdir -p $(DEB)/src && \
-	version=$$($(BIN)/python -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])') && \
+	version=$(VERSION) && \
 	echo "building $(DEB)/nodeagent_$${version}: the wheel, a venv of it and its dependencies from PyPI, dpkg-buildpackage" && \
 	$(BIN)/pip wheel --quiet --no-deps --disable-pip-version-check --wheel-dir $(DEB)/src/wheel . && \
 	cp -r packaging/debian $(DEB)/src/debian && \
@@ -192,6 +196,12 @@ deb: $(VENV)/.installed
 	(cd $(DEB)/src && dpkg-buildpackage --build=binary --unsigned-source --unsigned-changes >../build.log 2>&1) \
 	  || { tail -40 $(DEB)/build.log; exit 1; }; \
 	echo "built $$(ls $(DEB)/*.deb) ($$(du -m $(DEB)/*.deb | cut -f1) MB) in $$SECONDS s"
+
+# nodeagent as an OCI image, built without a container daemon from Debian's packages (mmdebstrap,
+# umoci): build/image/nodeagent-VERSION.oci.tar, tagged with the version of pyproject.toml (the one
+# place it is set), which the Kubernetes manifests name. How: build-aux/image.sh. Root only.
+image: $(VENV)/.installed
+	@build-aux/image.sh $(VERSION) $(BIN)/python
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.

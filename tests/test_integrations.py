@@ -251,6 +251,12 @@ def test_each_script_passes_shellcheck(name: str) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+def test_the_image_build_script_passes_shellcheck() -> None:
+    # `make image`'s script (tests/test_image.py builds with it, as root only).
+    proc = shellcheck(str(Path(__file__).resolve().parent.parent / "build-aux" / "image.sh"))
+    assert proc.returncode == 0, proc.stdout
+
+
 def manifests(name: str) -> list[dict[str, Any]]:
     docs = [d for d in yaml.safe_load_all(integrations.path(name).read_text()) if d is not None]
     assert docs and all(isinstance(d, dict) for d in docs)
