@@ -12,6 +12,7 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,11 @@ import yaml
 from nodeagent import integrations
 from tests.livemount import BIND, NODEAGENT, Namespace, clean_env, live_namespace
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomli, which `build` (the test extra) installs there
+    import tomli as tomllib
+
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="kubernetes-validate is not installed (pip install -e '.[test]')"
 )
@@ -29,6 +35,7 @@ kubernetes_validate = pytest.importorskip(
 # The oldest Kubernetes the manifests are written for (every field they use is GA there), and the
 # newest schema kubernetes-validate bundles.
 KUBERNETES = "1.30"
+REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = ("k8s-daemonset.yaml", "k8s-initcontainer.yaml")
 NODE = "gpu-node-07"  # what the downward API's spec.nodeName gives in these tests
 TEXTFILE = "/var/lib/node-exporter/textfile"
@@ -124,6 +131,18 @@ def test_the_schema_check_refuses_a_broken_manifest(path: tuple[str, ...], value
     with pytest.raises(kubernetes_validate.ValidationError) as caught:
         kubernetes_validate.validate(doc, KUBERNETES, strict=True)
     assert message in caught.value.message
+
+
+@pytest.mark.parametrize("container", [daemonset_agent, preflight_container])
+def test_the_manifests_name_the_built_image_by_its_version(container: Any) -> None:
+    """The image `make image` builds is nodeagent:VERSION, VERSION pyproject.toml's: a manifest names
+    it in a registry (a bare `nodeagent` would be pulled from Docker Hub's library, not ours), by
+    that tag (`latest` or another version would run what was not tested with these manifests)."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    repository, _, tag = container()["image"].rpartition(":")
+    assert tag == version
+    assert repository.endswith("/nodeagent") and "." in repository.split("/")[0]  # a registry host
 
 
 # -- what a GPU node needs -----------------------------------------------------------------------
