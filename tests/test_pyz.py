@@ -24,7 +24,6 @@ import os
 import pwd
 import shlex
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from packaging.utils import parse_wheel_filename
 
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.host.base import command_name
-from tests import fakefleet
+from tests import fakefleet, pyzbuild
 from tests.golden_docs import stable
 from tests.sshcluster import SSHCluster, cluster_available
 
@@ -51,11 +50,9 @@ from tests.sshcluster import SSHCluster, cluster_available
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pyz"), pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parent.parent
-PYZ = REPO / "build" / "nodeagent.pyz"
 VENV_PYTHON = sys.executable
 SYSTEM_PYTHON = "/usr/bin/python3"
 CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-BUILD_TIMEOUT_S = 1100
 RUN_TIMEOUT_S = 180
 EXIT_CODES = {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}
 USAGE_EXIT = 64
@@ -71,16 +68,7 @@ CLAIMED_MACHINES = ("x86_64", "aarch64")
 CLAIMED_GLIBC_MINOR = 17  # manylinux2014: https://peps.python.org/pep-0599/
 # The compiled projects nodeagent needs (directly or through pydantic, PyYAML and Fabric/Paramiko).
 COMPILED = {"pydantic-core", "pyyaml", "psutil", "cryptography", "bcrypt", "pynacl", "cffi"}
-# What pip says when PyPI cannot be reached (the only reason the build may skip the module).
-NO_INDEX = (
-    "NewConnectionError",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "ConnectTimeoutError",
-    "ProxyError",
-    "Max retries exceeded",
-    "(from versions: none)",
-)
+
 
 # Recordings and the exit code each gives: every worst status once.
 HWLOC_WARN = "40intel64-2g2n4c+pcilocality"
@@ -115,38 +103,6 @@ class Node:
         return self.folder / "home"
 
 
-def _make_pyz() -> None:
-    """`make pyz` (a no-op when the file is newer than every source); skips only when PyPI is out of reach."""
-    if shutil.which("make") is None:
-        pytest.skip("no make (Debian package make): cannot build build/nodeagent.pyz")
-    # A session of its own, so that a build cut at the time limit takes pex and pip down with it.
-    make = subprocess.Popen(
-        ["make", "--no-print-directory", "pyz"],
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = make.communicate(timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(make.pid, signal.SIGKILL)
-        output, _ = make.communicate()
-        pytest.fail(f"make pyz did not finish within {BUILD_TIMEOUT_S} s:\n{_tail(output)}")
-    if make.returncode != 0:
-        offline = [line for line in output.splitlines() if any(sign in line for sign in NO_INDEX)]
-        if offline:
-            pytest.skip(f"make pyz could not reach PyPI: {offline[0].strip()}")
-        pytest.fail(f"make pyz failed (exit {make.returncode}):\n{_tail(output)}")
-    assert PYZ.is_file(), f"make pyz succeeded but left no {PYZ}:\n{_tail(output)}"
-
-
-def _tail(text: str, lines: int = 40) -> str:
-    return "\n".join(text.splitlines()[-lines:]) + "\n"
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHCluster]:
     reason = cluster_available(loopback=True)
@@ -165,9 +121,9 @@ def node(cluster: SSHCluster, tmp_path_factory: pytest.TempPathFactory) -> Node:
     """The pyz, built, copied to a folder of the host, as one would copy it to a node."""
     if not Path(SYSTEM_PYTHON).is_file():
         pytest.skip(f"no {SYSTEM_PYTHON} (Debian package python3) to run the pyz with")
-    _make_pyz()
+    pyz = pyzbuild.make_pyz()
     folder = tmp_path_factory.mktemp("pyz-node")
-    shutil.copy2(PYZ, folder / "nodeagent.pyz")
+    shutil.copy2(pyz, folder / "nodeagent.pyz")
     (folder / "home").mkdir()
     return Node(cluster, cluster.hosts[0].name, folder)
 
@@ -246,7 +202,9 @@ def run_installed(node: Node, args: Sequence[str]) -> subprocess.CompletedProces
 
 
 def _document(done: subprocess.CompletedProcess[str], who: str) -> dict[str, Any]:
-    assert done.returncode in EXIT_CODES.values(), f"{who} exited {done.returncode}:\n{_tail(done.stderr)}"
+    assert done.returncode in EXIT_CODES.values(), (
+        f"{who} exited {done.returncode}:\n{pyzbuild.tail(done.stderr)}"
+    )
     assert "Traceback" not in done.stderr, done.stderr
     doc: dict[str, Any] = json.loads(done.stdout)
     return doc

@@ -19,8 +19,10 @@ is chosen per test through a control file per node (none: the wrapper does nothi
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +35,7 @@ import psutil
 import pytest
 
 from nodeagent import integrations
-from tests import corpus
+from tests import corpus, pyzbuild
 from tests.slurmcluster import SlurmCluster, SlurmClusterFactory, slurm_available
 from tests.sshcluster import NETNS_DIR
 
@@ -542,3 +544,48 @@ def test_prolog_lets_jobs_run_when_nodeagent_cannot_judge(cluster: SlurmCluster,
     assert (job.returncode, job.stdout) == (0, "n2\n"), job.stderr
     assert settled(cluster, "n2") == ("IDLE", None)
     assert "could not judge the node (exit 70;" in site.log("prolog", "n2")
+
+
+# --- The prolog running a new nodeagent.pyz: nothing unpacked yet ---------------------------------
+
+
+def _wait_for_the_background_unpack(pex_root: Path) -> None:
+    """Until the unpack the prolog started ends: it holds flock(2) on its lock file from before the
+    prolog's run exits (the test's time limit bounds the wait)."""
+    for path in pex_root.glob("nodeagent-unpack.*.lock"):
+        with path.open("rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+
+
+@pytest.mark.timeout(pyzbuild.BUILD_TIMEOUT_S + 300)  # `make pyz` first, when no other test built it
+def test_prolog_with_a_new_pyz_lets_jobs_run_and_judges_the_node_once_unpacked(
+    cluster: SlurmCluster, site: Site, tmp_path: Path
+) -> None:
+    """The file on a shared file system, new (a first install or an upgrade), and a node whose cache
+    is empty: the first job's prolog does not unpack in slurmd's wait but in the background, says so
+    (exit 75, logged) and lets the job run with the node in service; the next job's prolog judges
+    the node (its report)."""
+    pyz = tmp_path / "nodeagent.pyz"
+    shutil.copy2(pyzbuild.make_pyz(), pyz)
+    pex_root = tmp_path / "pex-root"
+    tree = site.root / "trees" / PASSING_MACHINE
+    write_executable(
+        site.nodeagent("pyz"),
+        f"#!/bin/bash\nexport PEX_ROOT={pex_root}\ncommand=$1; shift\n"
+        f'exec /usr/bin/python3 {pyz} "$command" --root {tree} "$@"\n',
+    )
+    site.choose("prolog", "n2", "pyz")
+    try:
+        first = srun(cluster, "n2", "hostname")
+        assert (first.returncode, first.stdout) == (0, "n2\n"), first.stderr
+        assert settled(cluster, "n2") == ("IDLE", None)
+        logged = site.log("prolog", "n2")
+        assert "could not judge the node yet (exit 75" in logged, logged
+        assert not (site.reports / "n2.json").exists()
+    finally:
+        _wait_for_the_background_unpack(pex_root)
+    second = srun(cluster, "n2", "hostname")
+    assert (second.returncode, second.stdout) == (0, "n2\n"), second.stderr
+    assert settled(cluster, "n2") == ("IDLE", None)
+    assert site.log("prolog", "n2") == logged  # judged, and a passing node logs nothing
+    assert json.loads((site.reports / "n2.json").read_text())["verdict"]["allowed"] is True
