@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,11 +272,17 @@ def test_the_image_root_file_system_checks_a_recorded_node(
 
 
 @pytest.fixture(scope="module")
-def podman(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """podman with its own storage (vfs: no overlay mounts needed), the image loaded into it."""
+def podman(layout: Layout) -> Iterator[list[str]]:
+    """podman with its own storage (vfs: no overlay mounts needed), the image loaded into it. Its
+    folder is a short one under /tmp: podman refuses a run root longer than 50 characters, which
+    pytest's folders for a worker are."""
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (make system-packages)")
-    state = tmp_path_factory.mktemp("podman")
+    with tempfile.TemporaryDirectory(prefix="na-podman-") as folder:
+        yield _loaded(Path(folder))
+
+
+def _loaded(state: Path) -> list[str]:
     base = ["podman", "--storage-driver", "vfs", "--root", f"{state}/root", "--runroot", f"{state}/run"]
     base += ["--tmpdir", f"{state}/tmp", "--events-backend", "none"]
     proc = subprocess.run(
