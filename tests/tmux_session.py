@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 
@@ -20,27 +21,43 @@ def tmux_missing() -> str | None:
 
 
 class TmuxSession:
-    """`argv` in a detached `width`x`height` tmux session named `name` (killed on exit)."""
+    """`argv` in a detached `width`x`height` tmux session named `name`, on a tmux server of its own
+    (its socket in a temporary folder; server and folder removed on exit). One server per session:
+    the default server is shared, and one that exits as another test kills its last session refuses
+    the next `new-session` meanwhile."""
 
     def __init__(self, name: str, argv: Sequence[str], width: int = 100, height: int = 30) -> None:
         self.name = name
+        self.folder = tempfile.mkdtemp(prefix="nodeagent-tmux-")
         env = {**os.environ, "TERM": "xterm-256color"}
-        subprocess.run(
-            ["tmux", "new-session", "-d", "-s", name, "-x", str(width), "-y", str(height), shlex.join(argv)],
-            check=True,
+        env.pop("TMUX", None)  # started from inside tmux: still a server of its own
+        size = ["-x", str(width), "-y", str(height)]
+        started = subprocess.run(
+            [*self._tmux, "new-session", "-d", "-s", name, *size, shlex.join(argv)],
+            capture_output=True,
+            text=True,
             env=env,
+            check=False,
         )
+        if started.returncode != 0:
+            self.close()
+            said = started.stderr.strip()
+            raise RuntimeError(f"tmux new-session {name} exited {started.returncode}: {said}")
+
+    @property
+    def _tmux(self) -> list[str]:
+        return ["tmux", "-S", os.path.join(self.folder, "socket")]
 
     def screen(self) -> str:
         proc = subprocess.run(
-            ["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True, check=False
+            [*self._tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True, check=False
         )
         return proc.stdout
 
     def alive(self) -> bool:
         return (
             subprocess.run(
-                ["tmux", "has-session", "-t", self.name], capture_output=True, check=False
+                [*self._tmux, "has-session", "-t", self.name], capture_output=True, check=False
             ).returncode
             == 0
         )
@@ -48,7 +65,7 @@ class TmuxSession:
     def pane_pid(self) -> int:
         """The PID of the process tmux started in the pane."""
         proc = subprocess.run(
-            ["tmux", "display-message", "-p", "-t", self.name, "#{pane_pid}"],
+            [*self._tmux, "display-message", "-p", "-t", self.name, "#{pane_pid}"],
             capture_output=True,
             text=True,
             check=True,
@@ -56,7 +73,7 @@ class TmuxSession:
         return int(proc.stdout.strip())
 
     def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run([*self._tmux, "send-keys", "-t", self.name, *keys], check=True)
 
     def wait_for(self, *texts: str, timeout: float = 20.0, poll: float = 0.005) -> str:
         """The screen once it shows every one of `texts`; TimeoutError with the screen otherwise."""
@@ -70,7 +87,8 @@ class TmuxSession:
             time.sleep(poll)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True, check=False)
+        subprocess.run([*self._tmux, "kill-server"], capture_output=True, check=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> TmuxSession:
         return self
