@@ -113,6 +113,26 @@ def test_native_form_without_defaults_leaves_port_to_ssh_config(tmp_path: Path) 
     assert inventory.hosts[0].port is None and inventory.known_hosts is None
 
 
+def test_native_connection_local_in_defaults_and_per_host(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        defaults: {connection: local}
+        hosts:
+          - local[1-2]
+          - {name: n3, host: 10.0.0.3, connection: ssh}
+        """,
+    )
+    hosts = by_name(load_inventory(path))
+    assert [(h.name, h.connection) for h in hosts.values()] == [
+        ("local1", "local"),
+        ("local2", "local"),
+        ("n3", "ssh"),
+    ]
+    plain = load_inventory(write(tmp_path, "hosts: [a, {name: b, connection: local}]\n", "plain.yml"))
+    assert [h.connection for h in plain.hosts] == ["ssh", "local"]  # ssh unless it says otherwise
+
+
 def test_identity_file_tilde_is_expanded_and_relative_paths_follow_the_form(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +229,56 @@ def test_ansible_form_children_inheritance_precedence_ranges_and_shared_hosts(tm
     assert hosts["cpu-b"].python == "python3"  # auto_silent is Ansible's discovery, not a command
     assert hosts["cpu-b"].vars["site"] == "cluster"
     assert hosts["node03"].groups == ("cluster", "cpus")
+
+
+@pytest.mark.parametrize(
+    ("value", "connection"),
+    [
+        # Ansible's inventory guide: "SSH protocol types are smart, ssh or paramiko"; the plugins'
+        # fully qualified names are ansible.builtin.ssh, ansible.builtin.paramiko_ssh and
+        # ansible.builtin.local.
+        ("ssh", "ssh"),
+        ("paramiko", "ssh"),
+        ("paramiko_ssh", "ssh"),
+        ("smart", "ssh"),
+        ("ansible.builtin.ssh", "ssh"),
+        ("ansible.builtin.paramiko_ssh", "ssh"),
+        ("local", "local"),
+        ("ansible.builtin.local", "local"),
+    ],
+)
+def test_ansible_connection_with_ansibles_meaning(tmp_path: Path, value: str, connection: str) -> None:
+    path = write(tmp_path, f"all:\n  hosts:\n    h1: {{ansible_connection: {value}}}\n    h2:\n")
+    hosts = by_name(load_inventory(path))
+    assert (hosts["h1"].connection, hosts["h2"].connection) == (connection, "ssh")
+    assert "ansible_connection" not in hosts["h1"].vars
+
+
+def test_ansible_connection_follows_group_precedence(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        all:
+          hosts:
+            local1: {ansible_connection: local}
+            local2: {ansible_connection: local}
+          children:
+            laptop:
+              vars: {ansible_connection: local}
+              hosts:
+                dev1:
+                dev2: {ansible_connection: ssh, ansible_host: 10.0.0.2}
+        """,
+    )
+    hosts = by_name(load_inventory(path))
+    assert {name: h.connection for name, h in hosts.items()} == {
+        "local1": "local",
+        "local2": "local",
+        "dev1": "local",
+        "dev2": "ssh",
+    }
+    # Two entries on this machine stay two hosts, each known by its inventory name.
+    assert (hosts["local1"].address, hosts["local2"].address) == ("local1", "local2")
 
 
 def test_ansible_groups_at_one_depth_apply_by_priority_then_name(tmp_path: Path) -> None:
@@ -433,7 +503,7 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
         ),
         (
             "hosts:\n  - name: a\n    colour: red\n",
-            "3: hosts[0].colour: unknown key; known keys: command_timeout, connect_timeout, host,",
+            "3: hosts[0].colour: unknown key; known keys: command_timeout, connect_timeout, connection,",
         ),
         ("host: [a]\n", "1: host: unknown key; did you mean 'hosts'?"),
         ("hosts:\n  - host: 10.0.0.1\n", "2: hosts[0].name: is required"),
@@ -442,6 +512,15 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
         ("hosts:\n", "1: hosts: lists no hosts"),
         ("hosts: node01\n", "1: hosts: must be a list of host names"),
         ("hosts:\n  - a\n  - 17\n", "3: hosts[1]: must be a host name, a hostlist expression"),
+        (
+            "hosts:\n  - name: a\n    connection: telnet\n",
+            "3: hosts[0].connection: must be ssh (the default) or local (the host is this machine: no SSH) "
+            "(got 'telnet')",
+        ),
+        (
+            "defaults:\n  connection: Local\nhosts: [a]\n",
+            "2: defaults.connection: must be ssh (the default) or local",
+        ),
         (
             "hosts:\n  - name: a\n    port: 70000\n",
             "3: hosts[0].port: must be an integer between 1 and 65535 (got 70000)",
@@ -672,6 +751,23 @@ def test_accepted_user_and_jump_host_forms(tmp_path: Path) -> None:
             "3: g.vars.ansible_group_priority: must be an integer (got 'high')",
         ),
         ("g:\n  hosts: {n1: }\n'bad group':\n  hosts: {n2: }\n", "3: bad group: is not a valid group name"),
+        (
+            "all:\n  hosts:\n    c1:\n      ansible_connection: community.docker.docker\n",
+            "4: all.hosts.c1.ansible_connection: connection 'community.docker.docker' is not supported; "
+            "nodeagent reaches a host over SSH (ssh, paramiko, smart) or runs on this machine (local)",
+        ),
+        (
+            "all:\n  vars:\n    ansible_connection: winrm\n  hosts: {w1: }\n",
+            "3: all.vars.ansible_connection: connection 'winrm' is not supported",
+        ),
+        (
+            "all:\n  hosts:\n    d1: {ansible_connection: docker}\n",
+            "3: all.hosts.d1.ansible_connection: connection 'docker' is not supported",
+        ),
+        (
+            "all:\n  hosts:\n    d1: {ansible_connection: 5}\n",
+            "3: all.hosts.d1.ansible_connection: connection 5 is not supported",
+        ),
     ],
 )
 def test_ansible_errors(tmp_path: Path, text: str, expected: str) -> None:

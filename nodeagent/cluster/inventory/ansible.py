@@ -47,6 +47,7 @@ _ANSIBLE_FIELDS = {
     "ansible_ssh_timeout": "connect_timeout",
     "ansible_timeout": "connect_timeout",
     "ansible_python_interpreter": "python",
+    "ansible_connection": "connection",
 }
 # Read for a ProxyJump, and kept in vars too: the rest of what they say is not used.
 _SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
@@ -55,6 +56,20 @@ _UNGROUPED = ("all", "ungrouped")  # Ansible's implicit groups, not listed in Ho
 # ansible_python_interpreter values that ask Ansible to find the interpreter, not name one
 # (https://docs.ansible.com/ansible/latest/reference_appendices/interpreter_discovery.html).
 _DISCOVERY = frozenset({"auto", "auto_silent", "auto_legacy", "auto_legacy_silent"})
+# ansible_connection: the connection plugins nodeagent can stand in for, by their names and fully
+# qualified names (https://docs.ansible.com/ansible/latest/inventory_guide/intro_inventory.html
+# #connecting-to-hosts-behavioral-inventory-parameters: "smart, ssh or paramiko" are SSH). Any other
+# plugin (docker, winrm, community.*) reaches a host in a way nodeagent does not.
+_CONNECTIONS = {
+    "ssh": "ssh",
+    "smart": "ssh",
+    "paramiko": "ssh",
+    "paramiko_ssh": "ssh",
+    "ansible.builtin.ssh": "ssh",
+    "ansible.builtin.paramiko_ssh": "ssh",
+    "local": "local",
+    "ansible.builtin.local": "local",
+}
 
 
 def is_ansible(data: dict[str, Any]) -> bool:
@@ -286,6 +301,8 @@ class AnsibleReader:
         the schema."""
         if isinstance(value, str) and "{{" in value:
             self.doc.fail(loc, "Jinja templates are not expanded by nodeagent; write the value itself")
+        if key == "connection":
+            return self._connection(value, loc)
         if key == "port" and isinstance(value, str) and value.isdigit() and value.isascii():
             return int(value)
         if key == "connect_timeout" and isinstance(value, str):
@@ -295,3 +312,14 @@ class AnsibleReader:
                 return value
             return number if math.isfinite(number) else value
         return value
+
+    def _connection(self, value: Any, loc: Loc) -> str:
+        """ansible_connection as HostSpec.connection: ssh or local, else the one-line error."""
+        if not isinstance(value, str) or value.strip() not in _CONNECTIONS:
+            self.doc.fail(
+                loc,
+                f"connection {show_value(value)} is not supported; nodeagent reaches a host over SSH "
+                "(ssh, paramiko, smart) or runs on this machine (local): use one of those, or take "
+                "the host out of this inventory",
+            )
+        return _CONNECTIONS[value.strip()]

@@ -84,6 +84,7 @@ _EXPECT = {
     "jump_host": "must be host, user@host or user@host:port",
     "nodeagent": "must be the remote nodeagent command",
     "python": "must be the remote Python interpreter",
+    "connection": "must be ssh (the default) or local (the host is this machine: no SSH)",
     "vars": "must be a mapping of name: value",
     "defaults": "must be a mapping of setting: value",
     "hosts": "must be a list of host names, hostlist expressions like node[01-04] or mappings with name:",

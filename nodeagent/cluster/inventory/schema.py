@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ from nodeagent.cluster.inventory.hostnames import check_host, check_jump_host, c
 from nodeagent.core.yamldoc import show_value
 
 __all__ = [
+    "Connection",
     "ConnectionSettings",
     "DefaultSettings",
     "HostEntry",
@@ -31,6 +32,11 @@ __all__ = [
     "local_path",
     "make_spec",
 ]
+
+
+# How nodeagent reaches a host: "ssh", or "local": the host is this machine, its commands run here
+# in a shell of their own (no sshd, no SSH settings), as Ansible's `ansible_connection: local`.
+Connection = Literal["ssh", "local"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class HostSpec:
     jump_host: str | None = None  # "user@host:port" form accepted, passed to Fabric as gateway
     nodeagent: str = "nodeagent"  # remote command used by --remote-agent / tune / bench
     python: str = "python3"  # remote interpreter for the agentless snapshot pull
+    connection: Connection = "ssh"
     # hash=False: a dict cannot be hashed, and HostSpec stays usable as a dict key or set member.
     vars: Mapping[str, str] = field(default_factory=dict, hash=False)  # free-form, values as strings
     groups: tuple[str, ...] = ()
@@ -101,6 +108,7 @@ class ConnectionSettings(BaseModel):
     jump_host: _JumpHost | None = None
     nodeagent: _Line | None = None
     python: _Line | None = None
+    connection: Connection | None = None
 
 
 _CONNECTION_FIELDS = tuple(ConnectionSettings.model_fields)
