@@ -123,6 +123,14 @@ def check(
 
     if remote_agent and (request.playbook is not None or request.baseline is not None):
         raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
+    local = [spec.name for spec in inv.hosts if spec.connection == "local"]
+    if bandwidth is not None and local:
+        # Between two local hosts it would measure this machine's loopback, not a network.
+        raise UsageError(
+            f"--bandwidth measures the network between hosts over SSH, and {', '.join(local[:3])}"
+            f"{' ...' if len(local) > 3 else ''} run on this machine (connection: local): leave "
+            "out --bandwidth, or --limit the run to SSH hosts"
+        )
     selected = request.checks()
     params = judge.check_params(request.playbook, selected)
     job = CheckJob(

@@ -1,4 +1,5 @@
-"""The fleet runner: one job per inventory host over SSH, in parallel, every result kept.
+"""The fleet runner: one job per inventory host, over SSH or on this machine, in parallel, every
+result kept.
 
 Each host gives exactly one HostOutcome: its result document, or a HostError (unreachable, auth
 failed, host key rejected, timeout, nodeagent missing, remote error) that never stops the others.
@@ -12,11 +13,17 @@ over forked worker processes (nodeagent.core.pool.in_processes), one per core, e
 share of the hosts exactly as a single process runs all of them (same jobs, threads, time limits)
 and sending each HostOutcome back as it is done; the fleet comparison and the report stay here.
 
-Jobs:
-- CheckJob, agentless (default): one SSH command records exactly what the checks declare with the
+Jobs run their commands on a host through a Shell (nodeagent.cluster.shell): an SSH connection
+(ssh.SSHShell), or for a host whose inventory entry says `connection: local` a shell on this
+machine (shell.LocalShell: no sshd, no host keys, no SSH settings); one fleet may mix both.
+- CheckJob, agentless (default): one command records exactly what the checks declare with the
   node's own python3 (nodeagent.cluster.pull), and the checks and facts run here, on that snapshot;
 - CheckJob with remote_agent: `nodeagent check --format json --facts` on the node, JSON parsed;
 - AgentJob: any other nodeagent command on the node (`tune`, `bench`), its JSON gathered.
+
+A fleet with a local host runs in this process alone, never over worker processes: a local host's
+commands are stopped (their process groups, shell.stop) when the run is interrupted, which a worker
+process killed with SIGKILL could not do.
 
 `replay_fleet` runs the agentless central part (decode, checks, facts, comparable values) on pull
 streams recorded earlier, on the same processes: the controller's work without the network.
@@ -35,16 +42,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from nodeagent.cluster import DEFAULT_PARALLEL, ssh
+from nodeagent.cluster import DEFAULT_PARALLEL, shell, ssh
 from nodeagent.cluster.ssh import HostError
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
-    from fabric import Connection
-
     from nodeagent.api.check import Check
     from nodeagent.cluster.inventory.load import HostSpec, Inventory
+    from nodeagent.cluster.shell import Shell
     from nodeagent.compare.values import Value
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
@@ -110,7 +116,7 @@ class HostOutcome:
 
 
 class Job(Protocol):
-    def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome: ...
+    def __call__(self, spec: HostSpec, host: Shell) -> HostOutcome: ...
 
 
 def _values(outcome: HostOutcome) -> HostOutcome:
@@ -121,10 +127,10 @@ def _values(outcome: HostOutcome) -> HostOutcome:
     return outcome
 
 
-def _agent_json(spec: HostSpec, conn: Connection, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
+def _agent_json(spec: HostSpec, host: Shell, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
     """Run `nodeagent ARGV` on the node; the JSON it printed, and its exit code."""
     command = shlex.join([spec.nodeagent, *argv])
-    out = ssh.run(conn, command, spec.command_timeout)
+    out = host.run(command, spec.command_timeout)
     stderr = out.stderr.decode(errors="replace").strip()
     last = stderr.splitlines()[-1] if stderr else ""
     if out.exited == _NOT_FOUND:
@@ -189,11 +195,11 @@ class CheckJob:
         if self.playbook is not None or self.baseline is not None:
             importlib.import_module("nodeagent.gate.judge")
 
-    def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome:
+    def __call__(self, spec: HostSpec, host: Shell) -> HostOutcome:
         if self.remote_agent:
             ids = ",".join(c.id for c in self.checks)
             argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{self.timeout_s:g}"]
-            doc, _ = _agent_json(spec, conn, argv)
+            doc, _ = _agent_json(spec, host, argv)
             # The node names itself by its hostname; the fleet knows it by its inventory name.
             doc["hostname"] = doc.get("host")
             doc["host"] = spec.name
@@ -204,15 +210,15 @@ class CheckJob:
             return _values(
                 HostOutcome(spec.name, spec.address, doc, facts if isinstance(facts, dict) else None)
             )
-        stream = self.pull(spec, conn)
-        _close(conn)  # the node's session ends now, not after the checks here
+        stream = self.pull(spec, host)
+        host.close()  # the node's session ends now, not after the checks here
         return self.evaluate(spec, stream)
 
-    def pull(self, spec: HostSpec, conn: Connection) -> bytes:
+    def pull(self, spec: HostSpec, host: Shell) -> bytes:
         """The node's recording, as the pull stream it sent (nodeagent.cluster.pull)."""
         from nodeagent.cluster import pull
 
-        out = ssh.run(conn, pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
+        out = host.run(pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
         if out.exited != 0 or not out.stdout:
             err = out.stderr.decode(errors="replace").strip().splitlines()
             last = err[-1] if err else f"exit {out.exited}"
@@ -285,8 +291,8 @@ class AgentJob:
     argv: tuple[str, ...]
     statuses: Mapping[int, str] = field(default_factory=lambda: dict(EXIT_STATUS))
 
-    def __call__(self, spec: HostSpec, conn: Connection) -> HostOutcome:
-        doc, exited = _agent_json(spec, conn, self.argv)
+    def __call__(self, spec: HostSpec, host: Shell) -> HostOutcome:
+        doc, exited = _agent_json(spec, host, self.argv)
         doc = {"status": self.statuses.get(exited, "FAIL"), "exit_code": exited, **doc}
         return HostOutcome(spec.name, spec.address, doc)
 
@@ -300,11 +306,22 @@ def run_fleet(
     processes: int | None = None,
 ) -> dict[str, HostOutcome]:
     """`job` on every host, `parallel` at a time, over `processes` worker processes (None: one per
-    core for a job that spreads and a fleet large enough, see processes_for); the outcomes in
-    inventory order. `on_done` is called here, in this thread, as each host finishes."""
-    keys = ssh.HostKeys.default(inventory.known_hosts, accept_new_host_keys)
+    core for a job that spreads and a fleet large enough, see processes_for; always 1 when a host is
+    local); the outcomes in inventory order. `on_done` is called here, in this thread, as each host
+    finishes."""
     count = processes_for(job, len(inventory.hosts)) if processes is None else processes
-    return _gather(inventory.hosts, _OverSSH(job, keys), parallel, count, on_done)
+    reaches: dict[str, _Reach] = {}
+    connections = {spec.connection for spec in inventory.hosts}
+    if "ssh" in connections:
+        reaches["ssh"] = _OverSSH(job, ssh.HostKeys.default(inventory.known_hosts, accept_new_host_keys))
+    if "local" in connections:
+        reaches["local"] = _OnThisMachine(job)
+        count = 1  # see the module docstring
+    reach = _ByConnection(reaches)
+    try:
+        return _gather(inventory.hosts, reach, parallel, count, on_done)
+    finally:
+        reach.stop()  # an interrupt (or an error here) leaves no local command running
 
 
 def replay_fleet(
@@ -357,6 +374,16 @@ class _Reach(Protocol):
     def abandon(self, spec: HostSpec) -> None:
         """Free what an overdue host holds (its thread is left behind)."""
 
+    def stop(self) -> None:
+        """The run is over, or interrupted: stop what the hosts still run that would outlive
+        nodeagent."""
+
+
+def _prepare_job(job: Job) -> None:
+    prepare = getattr(job, "prepare", None)
+    if prepare is not None:
+        prepare()
+
 
 class _OverSSH:
     """`job` on each host over its own SSH connection."""
@@ -364,35 +391,105 @@ class _OverSSH:
     def __init__(self, job: Job, keys: ssh.HostKeys) -> None:
         self.job = job
         self.keys = keys
-        self.connections: dict[str, Connection] = {}
+        self.shells: dict[str, ssh.SSHShell] = {}
         self.lock = threading.Lock()
 
     def prepare(self) -> None:
         self.keys.preload()
-        prepare = getattr(self.job, "prepare", None)
-        if prepare is not None:
-            prepare()
+        _prepare_job(self.job)
 
     def __call__(self, spec: HostSpec) -> HostOutcome:
         start = time.monotonic()
         try:
             conn = ssh.connection(spec, self.keys)
+            host = ssh.SSHShell(conn)
             with self.lock:
-                self.connections[spec.name] = conn
+                self.shells[spec.name] = host
             ssh.open_connection(conn, spec, self.keys, _CPU_BOUND)
-            outcome = self.job(spec, conn)
+            outcome = self.job(spec, host)
         except HostError as e:
             outcome = HostOutcome(spec.name, spec.address, error=e)
         except Exception as e:  # a bug or a protocol surprise on one host never stops the fleet
             outcome = HostOutcome(spec.name, spec.address, error=_classified(e, spec, self.keys))
         finally:
-            _close(self.connections.get(spec.name))
+            self._close(spec)
         outcome.duration_s = time.monotonic() - start
         outcome.groups = spec.groups
         return outcome
 
     def abandon(self, spec: HostSpec) -> None:
-        _close(self.connections.get(spec.name))  # unblocks the abandoned thread's socket reads
+        self._close(spec)  # unblocks the abandoned thread's socket reads
+
+    def stop(self) -> None:
+        return None  # a remote command is the node's; its connection ends with nodeagent
+
+    def _close(self, spec: HostSpec) -> None:
+        with self.lock:
+            host = self.shells.get(spec.name)
+        if host is not None:
+            host.close()
+
+
+class _OnThisMachine:
+    """`job` on each local host (`connection: local`): its commands in shells on this machine."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.shells: dict[str, shell.LocalShell] = {}
+        self.lock = threading.Lock()
+
+    def prepare(self) -> None:
+        _prepare_job(self.job)
+
+    def __call__(self, spec: HostSpec) -> HostOutcome:
+        start = time.monotonic()
+        host = shell.LocalShell(spec.name)
+        with self.lock:
+            self.shells[spec.name] = host
+        try:
+            outcome = self.job(spec, host)
+        except HostError as e:
+            outcome = HostOutcome(spec.name, spec.address, error=e)
+        except Exception as e:  # as over SSH: one host's surprise is its own error
+            error = HostError(ssh.REMOTE, f"{spec.name}: {type(e).__name__}: {' '.join(str(e).split())}")
+            outcome = HostOutcome(spec.name, spec.address, error=error)
+        finally:
+            host.close()
+        outcome.duration_s = time.monotonic() - start
+        outcome.groups = spec.groups
+        return outcome
+
+    def abandon(self, spec: HostSpec) -> None:
+        with self.lock:
+            host = self.shells.get(spec.name)
+        if host is not None:
+            host.close()  # its command's process group stopped: the abandoned thread's reads end
+
+    def stop(self) -> None:
+        with self.lock:
+            hosts = list(self.shells.values())
+        shell.stop(hosts)
+
+
+class _ByConnection:
+    """Each host through the reach of its inventory entry's connection (ssh, local)."""
+
+    def __init__(self, reaches: Mapping[str, _Reach]) -> None:
+        self.reaches = reaches
+
+    def prepare(self) -> None:
+        for reach in self.reaches.values():
+            reach.prepare()
+
+    def __call__(self, spec: HostSpec) -> HostOutcome:
+        return self.reaches[spec.connection](spec)
+
+    def abandon(self, spec: HostSpec) -> None:
+        self.reaches[spec.connection].abandon(spec)
+
+    def stop(self) -> None:
+        for reach in self.reaches.values():
+            reach.stop()
 
 
 class _Recorded:
@@ -421,8 +518,14 @@ class _Recorded:
     def abandon(self, spec: HostSpec) -> None:
         return None
 
+    def stop(self) -> None:
+        return None
+
 
 def _limit(spec: HostSpec) -> float:
+    """A host's whole time: connecting over SSH, or stopping a local command past its time limit."""
+    if spec.connection == "local":
+        return spec.command_timeout + shell.STOP_GRACE_S + _SLACK_S
     return spec.connect_timeout + spec.command_timeout + _SLACK_S
 
 
@@ -498,12 +601,3 @@ def _classified(exc: Exception, spec: HostSpec, keys: ssh.HostKeys) -> HostError
         return ssh.classify(exc, spec, keys)
     except Exception:
         return HostError(ssh.REMOTE, f"{spec.name}: {type(exc).__name__}: {' '.join(str(exc).split())}")
-
-
-def _close(conn: Connection | None) -> None:
-    if conn is None:
-        return
-    try:
-        conn.close()
-    except Exception:  # closing a half-dead connection may raise anything; it is gone either way
-        return

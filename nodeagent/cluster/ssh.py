@@ -319,7 +319,15 @@ class Output:
     exited: int
 
 
-def _too_much(stream: str, variable: str, cap: int) -> HostError:
+def output_caps(max_stdout: int | None = None, max_stderr: int | None = None) -> tuple[int, int]:
+    """The most a host's command may print on stdout and on stderr: the arguments when given, else
+    NODEAGENT_MAX_STDOUT_MIB and NODEAGENT_MAX_STDERR_MIB (nodeagent.core.limits)."""
+    out_cap = limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB") if max_stdout is None else max_stdout
+    err_cap = limits.limit_bytes("NODEAGENT_MAX_STDERR_MIB") if max_stderr is None else max_stderr
+    return out_cap, err_cap
+
+
+def too_much(stream: str, variable: str, cap: int) -> HostError:
     return HostError(
         REMOTE,
         f"{stream} output larger than {cap / MiB:g} MiB (limit {variable}); the command was stopped",
@@ -342,8 +350,7 @@ def run(
     has printed more than `max_stdout` / `max_stderr` bytes (default NODEAGENT_MAX_STDOUT_MIB and
     NODEAGENT_MAX_STDERR_MIB, nodeagent.core.limits): a node that prints without end costs the limit,
     not the controller's memory."""
-    out_cap = limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB") if max_stdout is None else max_stdout
-    err_cap = limits.limit_bytes("NODEAGENT_MAX_STDERR_MIB") if max_stderr is None else max_stderr
+    out_cap, err_cap = output_caps(max_stdout, max_stderr)
     transport = conn.client.get_transport()
     if transport is None or not transport.is_active():
         raise HostError(UNREACHABLE, "the SSH connection closed")
@@ -364,7 +371,7 @@ def run(
             data = chan.recv_stderr(1 << 16)
             err_size += len(data)
             if err_size > err_cap:
-                raise _too_much("stderr", "NODEAGENT_MAX_STDERR_MIB", err_cap)
+                raise too_much("stderr", "NODEAGENT_MAX_STDERR_MIB", err_cap)
             err.append(data)
 
         while True:
@@ -381,7 +388,7 @@ def run(
                 break  # end of its output
             out_size += len(data)
             if out_size > out_cap:
-                raise _too_much("stdout", "NODEAGENT_MAX_STDOUT_MIB", out_cap)
+                raise too_much("stdout", "NODEAGENT_MAX_STDOUT_MIB", out_cap)
             out.append(data)
         if not chan.status_event.wait(max(0.0, deadline - time.monotonic())):
             raise HostError(TIMEOUT, f"the command did not exit within {timeout:g}s")
@@ -392,3 +399,19 @@ def run(
         return Output(b"".join(out), b"".join(err), chan.exit_status)
     finally:
         chan.close()
+
+
+class SSHShell:
+    """An open Fabric connection as the runner's jobs use a host (nodeagent.cluster.shell.Shell)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def run(self, command: str, timeout: float, stdin: bytes | None = None) -> Output:
+        return run(self.conn, command, timeout, stdin=stdin)
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # closing a half-dead connection may raise anything; it is gone either way
+            return
