@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nodeagent.cluster import shell, ssh
-from nodeagent.cluster.inventory.load import HostSpec, Inventory
+from nodeagent.cluster.inventory.load import HostSpec, Inventory, load_inventory
 from nodeagent.cluster.runner import HostOutcome, run_fleet
 from nodeagent.cluster.shell import LocalShell
 
@@ -424,3 +425,21 @@ def test_a_closed_local_shell_stops_its_command_and_refuses_more(tmp_path: Path)
     with pytest.raises(ssh.HostError) as caught:
         local.run("true", 10)
     assert caught.value.kind == ssh.CONTROLLER
+
+
+def test_the_readme_example_is_two_local_hosts(tmp_path: Path) -> None:
+    """The first example of README's fleet section, as written there."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Cluster: many nodes over SSH", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(example) == {
+        "all": {
+            "hosts": {"local1": {"ansible_connection": "local"}, "local2": {"ansible_connection": "local"}}
+        }
+    }
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(example)
+    assert [(h.name, h.connection) for h in load_inventory(inv).hosts] == [
+        ("local1", "local"),
+        ("local2", "local"),
+    ]
