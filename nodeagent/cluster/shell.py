@@ -102,9 +102,9 @@ class LocalShell:
         `timeout` seconds, HostError(REMOTE) as soon as it prints more than `max_stdout` /
         `max_stderr` bytes (default NODEAGENT_MAX_STDOUT_MIB and NODEAGENT_MAX_STDERR_MIB); in both
         cases its process group is stopped first."""
-        out = _Stream("stdout", "NODEAGENT_MAX_STDOUT_MIB", 0)
-        err = _Stream("stderr", "NODEAGENT_MAX_STDERR_MIB", 0)
-        out.cap, err.cap = ssh.output_caps(max_stdout, max_stderr)
+        out_cap, err_cap = ssh.output_caps(max_stdout, max_stderr)
+        out = _Stream("stdout", "NODEAGENT_MAX_STDOUT_MIB", out_cap)
+        err = _Stream("stderr", "NODEAGENT_MAX_STDERR_MIB", err_cap)
         deadline = time.monotonic() + timeout
         proc = self._start(command, stdin is not None)
         try:
@@ -150,8 +150,9 @@ class LocalShell:
             try:
                 # start_new_session: setsid(2) in the child, so the command and all it starts are
                 # one process group (and no terminal's Ctrl-C reaches it but through nodeagent).
-                # close_fds (the default) keeps the other hosts' pipes out of it: a command holding
-                # another's pipe open would hold back the end of that one's output.
+                # Its pipes are close-on-exec (PEP 446) and close_fds is the default: another
+                # host's command, started meanwhile, never holds them open, which would hold back
+                # the end of this one's output.
                 proc = subprocess.Popen(
                     [SHELL, "-c", command],
                     stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
