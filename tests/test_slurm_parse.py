@@ -23,6 +23,7 @@ from nodeagent.cluster import slurm
 from nodeagent.cluster.ssh import MISSING, REMOTE, UNREACHABLE, HostError
 from nodeagent.core.errors import UsageError
 from nodeagent.core.limits import MiB
+from tests import slurm_replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "slurm" / "fanout"
 
@@ -416,45 +417,10 @@ def test_the_node_script_keeps_the_exit_line_after_the_whole_output(tmp_path: Pa
 
 # -- the whole flow, against Slurm commands replaying the recordings ------------------------------
 
-FAKE = r"""#!{python}
-import os, sys
-from pathlib import Path
-fixtures = Path({fixtures!r})
-tool, args = Path(sys.argv[0]).name, sys.argv[1:]
-with open(os.environ["FAKE_SLURM_LOG"], "a") as log:
-    log.write(" ".join([tool, *args]) + "\n")
-
-def replay(name, code):
-    sys.stdout.write((fixtures / (name + ".stdout")).read_text())
-    err = fixtures / (name + ".stderr")
-    if err.exists():
-        sys.stderr.write(err.read_text())
-    sys.exit(code)
-
-if tool == "sinfo":
-    if any(a.startswith("--format=") for a in args):
-        replay("sinfo-partitions", 0)
-    # n1-n3 as slurmctld saw them just before n2's slurmd stopped, n4 drained
-    lines = [f"n{{i}}|idle|10.0.0.{{i}}|test*|none" for i in (1, 2, 3)]
-    print("\n".join([*lines, "n4|idle+drain|10.0.0.4|test*|disk"]))
-elif tool == "squeue":
-    print("1")
-elif tool == "srun":
-    script = args[args.index("-c") + 1]
-    if "rc=$(" in script:
-        replay(os.environ.get("FAKE_SRUN_RUN", "srun-check"), 0)
-    replay("srun-probe-launch-failed" if "--nodes=3" in args else "srun-probe-alone-launch-failed", 233)
-"""
-
 
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("sinfo", "salloc", "squeue", "srun", "scancel"):
-        path = bin_dir / tool
-        path.write_text(FAKE.format(python=sys.executable, fixtures=str(FIXTURES)))
-        path.chmod(0o755)
+    bin_dir = slurm_replay.install(tmp_path / "bin")
     log = tmp_path / "calls.log"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SLURM_LOG", str(log))
