@@ -6,6 +6,7 @@ test_tui.py), failing with the check that is missing, extra or in another area."
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -93,17 +94,11 @@ def test_readme_drift_names_the_missing_the_extra_and_the_misplaced_check() -> N
 
 
 def listed_by_cli() -> dict[str, str]:
-    """`nodeagent checks`'s table as {id: area}, printed wide enough that no cell wraps."""
-    result = CliRunner().invoke(cli, ["checks"], env={"COLUMNS": "250"}, catch_exceptions=False)
+    """`nodeagent checks --format json` as {id: area} (its piped lines and table hold the same rows:
+    tests/test_piped_output.py)."""
+    result = CliRunner().invoke(cli, ["checks", "--format", "json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    (header,) = [[c.strip() for c in line.split("┃")[1:-1]] for line in lines if line.startswith("┃")]
-    rows = [
-        dict(zip(header, (c.strip() for c in line.split("│")[1:-1]), strict=True))
-        for line in lines
-        if line.startswith("│")
-    ]
-    return {row["id"]: row["area"] for row in rows}
+    return {c["id"]: c["area"] for c in json.loads(result.output)["checks"]}
 
 
 def test_nodeagent_checks_lists_every_registered_check_with_its_area() -> None:

@@ -21,6 +21,7 @@ from nodeagent.cluster.inventory.load import HostSpec, load_inventory
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.render.bandwidth import render_bandwidth
+from nodeagent.render.sheet import renderable
 from tests import sshcluster, straggler
 from tests.sshcluster import ClusterFactory
 
@@ -271,7 +272,9 @@ def test_report_status_and_json() -> None:
 
 def test_render_reads_at_80_columns_without_colour() -> None:
     out = io.StringIO()
-    Console(file=out, width=80, no_color=True, color_system=None).print(render_bandwidth(slow_h3_report()))
+    console = Console(file=out, width=80, no_color=True, color_system=None)
+    for part in render_bandwidth(slow_h3_report()):
+        console.print(renderable(part))
     text = out.getvalue()
     assert all(len(line) <= 80 for line in text.splitlines())
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if line.count("│") >= 5}

@@ -214,10 +214,13 @@ def test_a_selector_makes_every_target_a_node(scenario: promstack.FleetScenario)
 def test_the_table_names_each_node_and_why(scenario: promstack.FleetScenario) -> None:
     code, out, err = _fleet(scenario.stack.url)
     assert code == Status.FAIL.exit_code, err
-    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") >= 4}
+    # Piped: each host's problems a line each (host first), then a line per host.
+    lines = out.splitlines()
+    rows = {line.split("  ")[0]: line for line in lines if "  status: " in line}
     for node, status in (("n1", "OK"), ("n2", "FAIL"), ("n3", "UNKNOWN"), ("n4", "UNKNOWN")):
-        assert status in rows[node], out
-    assert "--stale-after" in rows["n3"] and "connection refused" in out
+        assert f"  status: {status}  " in rows[node], out
+    assert any(line.startswith("n3: UNKNOWN ") and "--stale-after" in line for line in lines), out
+    assert "connection refused" in out
     assert f"from Prometheus {scenario.stack.url} at " in out and "1 stale, 1 target down" in out
 
 
@@ -254,9 +257,11 @@ def test_the_recorded_view(capsys: pytest.CaptureFixture[str], recorded: str) ->
 def test_the_recorded_view_as_a_table(capsys: pytest.CaptureFixture[str], recorded: str) -> None:
     code, out, _ = run_main(capsys, "fleet", "--prometheus", recorded)
     assert code == Status.FAIL.exit_code
+    lines = out.splitlines()
     for node in promstack.FLEET:
-        assert node in out
-    assert "FAIL gpu/metrics" in out and "prometheus/last run" in out and "prometheus/scrape target" in out
+        assert any(line.startswith(f"{node}  status: ") for line in lines), out
+    assert "n2: FAIL    gpu/metrics: " in out
+    assert "n3: UNKNOWN prometheus/last run: " in out and "n4: UNKNOWN prometheus/scrape target: " in out
 
 
 def test_stale_after_decides_at_the_age(capsys: pytest.CaptureFixture[str], recorded: str) -> None:

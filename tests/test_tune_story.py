@@ -623,7 +623,7 @@ def test_fleet_table_output_renders_the_changes(
 
     doc = {"status": "OK", "exit_code": 0, **tune_doc(capsys, build_node(tmp_path / "n1"))}
     report = FleetReport.build({"n1": HostOutcome("n1", "10.0.0.1", doc)}, 1.0, compare=False)
-    emit_fleet(report, "table", [_fleet_tune_section(report)])
+    emit_fleet(report, "table", _fleet_tune_section(report))
     out = capsys.readouterr().out
     assert "planned changes per host" in out
     assert "n1: 3 change(s)" in out

@@ -158,8 +158,9 @@ def test_table_output_lists_each_change(fake_worker: Path, capsys: pytest.Captur
         main(["tune", "--apply", "--verify", "--quick", "--only", "tf-threads,tf-data"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    assert re.search(r"tf-threads +│ kept +│ 1\.5\d\d", out), out
-    assert re.search(r"tf-data +│ reverted +│ 1\.0\d\d", out), out
+    # Piped: a line per change, its cells named (nodeagent.render.sheet).
+    assert re.search(r"^tf-threads  decision: kept  B/A: 1\.5\d\d  ", out, re.M), out
+    assert re.search(r"^tf-data  decision: reverted  B/A: 1\.0\d\d  ", out, re.M), out
     assert "reverted: tf-data: not significantly faster" in out
     assert "use: run jobs with `nodeagent exec --profile default -- CMD`" in out
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import sys
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from nodeagent.cli.options import emit_fleet, format_option
+from nodeagent.cli.options import emit_fleet, format_option, verbose_option
 
 if TYPE_CHECKING:
     from nodeagent.cluster.report import FleetReport
+    from nodeagent.render.sheet import Part
 
 # The defaults live in the application layer (nodeagent.app.prometheus_fleet); they are repeated
 # here so that `--help` stays fast, and a test holds the two equal.
@@ -65,8 +66,15 @@ _seconds = click.FloatRange(min=0, min_open=True)
     help="Seconds each request to Prometheus may take, whole: connecting, the headers and the answer.",
 )
 @format_option
+@verbose_option
 def fleet(
-    url: str, selector: str | None, stale_after_s: float, lookback_s: float, timeout_s: float, fmt: str
+    url: str,
+    selector: str | None,
+    stale_after_s: float,
+    lookback_s: float,
+    timeout_s: float,
+    fmt: str,
+    verbose: bool,
 ) -> None:
     """The fleet view (worst status per node, drift, outliers) from the nodeagent metrics Prometheus
     holds, without contacting the nodes.
@@ -84,17 +92,15 @@ def fleet(
 
     request = prometheus_fleet.PrometheusFleetRequest(url, selector, stale_after_s, lookback_s, timeout_s)
     report = prometheus_fleet.run(request)
-    emit_fleet(report, fmt, [source_line(report)] if fmt != "json" else ())
+    emit_fleet(report, fmt, source_lines(report) if fmt != "json" else (), verbose)
     sys.exit(report.exit_code)
 
 
-def source_line(report: FleetReport) -> Any:
-    """Where the view came from and how each node was seen, one line under the tables."""
-    from nodeagent.render.literal import lit
-
+def source_lines(report: FleetReport) -> list[Part]:
+    """Where the view came from and how each node was seen, under the tables; then Prometheus's notes."""
     source = (report.extra or {}).get("prometheus", {})
     when = datetime.fromtimestamp(source.get("evaluated_at", 0), timezone.utc).isoformat(timespec="seconds")
     seen = ", ".join(f"{n} {how}" for how, n in source.get("nodes", {}).items()) or "no nodes"
     selector = f" {source['selector']}" if source.get("selector") else ""
-    notes = "".join(f"\nnote: {n}" for n in (report.extra or {}).get("notes", []))
-    return lit(f"\nfrom Prometheus {source.get('url', '?')}{selector} at {when}: {seen}{notes}")
+    notes: list[Part] = [f"note: {n}" for n in (report.extra or {}).get("notes", [])]
+    return ["", f"from Prometheus {source.get('url', '?')}{selector} at {when}: {seen}", *notes]

@@ -37,6 +37,7 @@ from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
     from nodeagent.cluster.bandwidth.plan import Params as BandwidthParams
+    from nodeagent.render.sheet import Part
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
@@ -152,9 +153,9 @@ def check(
                 warn_below_median=warn_below_median,
                 fail_below_median=fail_below_median,
             )
-        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs)
+        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs, verbose)
     if fleet.slurm:
-        _check_slurm(request, fleet, bandwidth, fmt, outputs)
+        _check_slurm(request, fleet, bandwidth, fmt, outputs, verbose)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
     ran = checking.run(request, with_facts)
@@ -166,12 +167,10 @@ def check(
     elif fmt == "json":
         click.echo(jsonout.dumps(doc))
     else:
-        from nodeagent.render import table, text
+        from nodeagent.render import table
+        from nodeagent.render.sheet import show
 
-        if verbose or table.stdout_is_terminal():
-            table.print_report(ran.report)
-        else:
-            click.echo(text.problems(doc), nl=False)
+        show([table.report_part(ran.report, doc, every=verbose)])
     sys.exit(ran.exit_code)
 
 
@@ -183,6 +182,7 @@ def _check_fleet(
     bw_params: BandwidthParams | None,
     fmt: str,
     outputs: tuple[str, ...],
+    verbose: bool,
 ) -> NoReturn:
     """check --cluster/--hosts; `bw_params` (bandwidth Params) when --bandwidth measures the links."""
     from nodeagent.app import fleet as fleets
@@ -191,17 +191,19 @@ def _check_fleet(
 
     with progress(len(inv.hosts), "check") as on_done:
         ran = fleets.check(inv, request, fleet.request(), on_done, remote_agent, bw_params)
-    sections = []
+    sections: list[Part] = []
     if ran.bandwidth is not None:
         from nodeagent.render.bandwidth import render_bandwidth
 
-        sections.append(render_bandwidth(ran.bandwidth))
+        sections += render_bandwidth(ran.bandwidth)
     if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
-        emit_fleet(ran.report, fmt, sections)
+        emit_fleet(ran.report, fmt, sections, verbose)
     sys.exit(ran.report.exit_code)
 
 
-def _check_slurm(request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs: tuple[str, ...]) -> NoReturn:
+def _check_slurm(
+    request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs: tuple[str, ...], verbose: bool
+) -> NoReturn:
     """check --slurm: nodeagent on each node runs the checks there (--remote-agent is implied), as
     one Slurm job step; `request.root`, when given, is read on each node."""
     from nodeagent.app import fleet as fleets
@@ -215,7 +217,7 @@ def _check_slurm(request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs:
     with progress(len(target.nodes), "check") as on_done:
         ran = fleets.slurm_check(target, request, fleet.request(), on_done)
     if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
-        emit_fleet(ran.report, fmt, [slurm_source(ran.report)])
+        emit_fleet(ran.report, fmt, [slurm_source(ran.report)], verbose)
     sys.exit(ran.report.exit_code)
 
 
@@ -243,38 +245,29 @@ def facts(root: str | None, hostname: str | None, fmt: str, timeout: float) -> N
         click.echo(jsonout.dumps(doc))
     else:
         from nodeagent.render import table
+        from nodeagent.render.sheet import show
 
-        table.console().print(table.facts_tables(doc))
+        show(table.facts_tables(doc))
 
 
 @cli.command("checks")
 @click.option("--params", "show_params", is_flag=True, help="Also list each check's parameters and defaults.")
-def list_checks(show_params: bool) -> None:
-    """List the available checks with their areas and tags (and thresholds with --params)."""
-    import dataclasses
+@format_option
+def list_checks(show_params: bool, fmt: str) -> None:
+    """List the available checks with their areas and tags (and thresholds with --params).
 
-    from rich.table import Table
-    from rich.text import Text
-
+    --format json: every check with its parameters (name, type, default, why)."""
     from nodeagent import checks
-    from nodeagent.render.table import console
+    from nodeagent.render import listings
+    from nodeagent.render.sheet import show
 
-    out = console()
-    if not show_params:
-        t = Table(show_header=True)
-        for col in ("id", "title", "area", "tags"):
-            t.add_column(col)
-        for c in checks.all_checks():
-            t.add_row(c.id, c.title, c.area.value, ",".join(c.tags))
-        out.print(t)
+    found = checks.all_checks()
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(listings.checks_document(found)))
         return
-    for c in checks.all_checks():
-        out.print(Text(f"{c.id}: {c.title} [{','.join(c.tags)}]", style="bold"))
-        for f in dataclasses.fields(c.params):
-            line = Text(f"  {f.name} = {f.default!r}", style="cyan")
-            line.append(f"\n      {f.metadata.get('why', '')}", style="default")
-            out.print(line)
-        out.print()
+    show(listings.checks_params(found) if show_params else [listings.checks_sheet(found)])
 
 
 @cli.command()
@@ -511,16 +504,14 @@ def _print_tune(ran: Any, fmt: str) -> None:
         click.echo(jsonout.dumps(ran.document()))
         return
     from nodeagent.render import table
+    from nodeagent.render.sheet import show
 
-    out = table.console()
-    out.print(table.plan_table(ran.host, ran.plans))
+    parts: list[Part] = [*table.plan_table(ran.host, ran.plans)]
     if ran.checked is not None:
         from nodeagent.render.verify import changes_table
 
-        out.print(changes_table(ran.checked))
-    out.print()
-    # soft_wrap: a story line is one line, even in a log or a pipe (grep finds it whole).
-    out.print(table.story_lines(ran.story), soft_wrap=True)
+        parts.append(changes_table(ran.checked))
+    show([*parts, "", *table.story_lines(ran.story)])
 
 
 @cli.command()
@@ -529,30 +520,40 @@ def _print_tune(ran: Any, fmt: str) -> None:
     "--all", "revert_all", is_flag=True, help="Revert every journal not yet reverted, newest first."
 )
 @click.option("--list", "list_only", is_flag=True, help="List the journals and their states.")
-def revert(journal_id: str | None, revert_all: bool, list_only: bool) -> None:
+@format_option
+def revert(journal_id: str | None, revert_all: bool, list_only: bool, fmt: str) -> None:
     """Restore the values an apply changed, from its journal (also after a crash).
 
     Newest first by the journals' sequence. A value changed since the apply (by someone else) is a
     conflict: left as it is, shown, exit 2. Exit codes: 0 every value back; 2 a conflict or a value
     not restored; 64 bad input or a journal naming a path nodeagent does not write; 74 the state
-    disk is full; 75 another apply/revert holds the state lock.
+    disk is full; 75 another apply/revert holds the state lock. --format json: the journals (with
+    --list), or the story with each journal's read-back findings.
     """
-    from nodeagent.render import table
-    from nodeagent.render.literal import shown
+    from nodeagent.render import jsonout, listings, table
+    from nodeagent.render.sheet import show
     from nodeagent.tuning import journal
     from nodeagent.tuning.story import revert_story
 
-    out = table.console()
     if list_only:
-        for j in journal.all_journals():
-            host = shown(j.host.get("name", ""))  # a journal's text is data: control characters shown
-            line = f"{shown(j.id)}  {j.state:12} {len(j.writes)} write(s)  {host}  {shown(j.path)}"
-            out.print(line, soft_wrap=True)  # one journal per line, also in a pipe
+        journals = journal.all_journals()
+        if fmt == "json":
+            click.echo(jsonout.dumps(listings.journals_document(journals)))
+        else:
+            show([listings.journals_sheet(journals)])
         return
     from nodeagent.app import tune as tuning
 
     reverted = tuning.revert(journal_id, revert_all)
-    out.print(table.story_lines(revert_story(reverted.done, reverted.left)), soft_wrap=True)
+    story = revert_story(reverted.done, reverted.left)
+    if fmt == "json":
+        done = [
+            {"journal": j.id, "state_before": before, "findings": [f.to_dict() for f in found]}
+            for j, before, found in reverted.done
+        ]
+        click.echo(jsonout.dumps({"reverted": done, "left": reverted.left, "story": story}))
+    else:
+        show(table.story_lines(story))
     sys.exit(reverted.exit_code)
 
 
@@ -571,7 +572,7 @@ def _agent_on_nodes(
     from nodeagent.app import fleet as fleets
     from nodeagent.render.progress import progress
 
-    sections = []
+    sections: list[Part] = []
     if inv is not None:
         with progress(len(inv.hosts), argv[0]) as on_done:
             report = fleets.on_agents(inv, argv, fleet.request(), statuses, on_done)
@@ -582,28 +583,28 @@ def _agent_on_nodes(
         from nodeagent.render.fleet import slurm_source  # rich and the tables: only for Slurm's line
 
         sections.append(slurm_source(report))
-    sections += [section(report)] if section is not None else []
+    sections += section(report) if section is not None else []
     emit_fleet(report, fmt, sections if fmt != "json" else ())
     sys.exit(report.exit_code)
 
 
-def _fleet_tune_section(report: Any) -> Any:
+def _fleet_tune_section(report: Any) -> list[Part]:
     """Each host's planned changes (target, before -> after, scope) and what its run did, like
     Ansible's --diff: the plans are in the tune documents the hosts returned."""
-    from rich.console import Group
     from rich.text import Text
 
+    from nodeagent.render.literal import lit
     from nodeagent.tuning.story import fleet_changes
 
     docs = {name: o.doc or {} for name, o in report.outcomes.items() if o.ok}
     # Slurm's nodes that were not run (drained, busy ...) have no plan: the hosts table says why.
     docs = {name: doc for name, doc in docs.items() if doc.get("slurm", {}).get("ran", True)}
     lines = fleet_changes(docs)
-    parts: list[Any] = [Text(), Text("planned changes per host", style="bold underline")]
+    parts: list[Part] = ["", Text("planned changes per host", style="bold underline")]
     for line in lines:
         style = "" if line.startswith(" ") else "bold"
-        parts.append(Text(line, style=style))
-    return Group(*parts)
+        parts.append(lit(line, style=style))
+    return parts
 
 
 @cli.command()
@@ -764,36 +765,22 @@ def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name
 @click.option(
     "--params", "show_params", is_flag=True, help="Also list each tuner's parameters: type, default, why."
 )
-def list_tuners(show_params: bool) -> None:
-    """List the available tuners (and their parameters with --params: set them with `tune --set`)."""
-    from rich.table import Table
-    from rich.text import Text
+@format_option
+def list_tuners(show_params: bool, fmt: str) -> None:
+    """List the available tuners (and their parameters with --params: set them with `tune --set`).
 
+    --format json: every tuner with its parameters (name, type, default, why, shared)."""
     from nodeagent import tuners
-    from nodeagent.api.tune import LAYOUT_PARAMS, param_docs
-    from nodeagent.render.table import console
+    from nodeagent.render import listings
+    from nodeagent.render.sheet import show
 
-    out = console()
-    if not show_params:
-        t = Table(show_header=True)
-        for col in ("id", "title"):
-            t.add_column(col)
-        for tuner in tuners.all_tuners():
-            t.add_row(tuner.id, tuner.title)
-        out.print(t)
+    found = tuners.all_tuners()
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(listings.tuners_document(found)))
         return
-    for tuner in tuners.all_tuners():
-        out.print(Text(f"{tuner.id}: {tuner.title}", style="bold"))
-        docs = param_docs(tuner.params)
-        if not docs:
-            out.print("  (no parameters)")
-        for d in docs:
-            line = Text(f"  {tuner.id}.{d.name}: {d.type} = {d.default!r}", style="cyan")
-            if d.name in LAYOUT_PARAMS:
-                line.append("  (shared: one rank layout for every tuner)", style="dim")
-            line.append(f"\n      {d.why}", style="default")
-            out.print(line, soft_wrap=True)  # a URL cut in two no longer opens
-        out.print()
+    show(listings.tuners_params(found) if show_params else [listings.tuners_sheet(found)])
 
 
 def _interrupted(e: KeyboardInterrupt) -> NoReturn:

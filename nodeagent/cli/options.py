@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
+    from nodeagent.render.sheet import Part
 
 
 def ids(value: str | None) -> list[str]:
@@ -204,8 +205,8 @@ verbose_option = click.option(
     "-v",
     "--verbose",
     is_flag=True,
-    help="The full table even when the output is piped (piped, only the findings that need "
-    "attention are printed, with their fixes; a terminal gets the table).",
+    help="Piped, every finding with what was seen (without it, piped output holds only the findings "
+    "that need attention, with their fixes; a terminal gets the table of every finding).",
 )
 
 
@@ -235,14 +236,15 @@ def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> bool:
     return out.write_outputs(out.parse_outputs(outputs), doc)
 
 
-def emit_fleet(report: FleetReport, fmt: str, sections: Sequence[Any] = ()) -> None:
-    """The fleet's JSON document, or its tables with `sections` (bandwidth, tune changes) after them."""
+def emit_fleet(report: FleetReport, fmt: str, sections: Sequence[Part] = (), verbose: bool = False) -> None:
+    """The fleet's JSON document, or its tables with `sections` (bandwidth, tune changes) after them:
+    piped, each host's problems a line each (`verbose`: all its findings)."""
     if fmt == "json":
         from nodeagent.render import jsonout
 
         click.echo(jsonout.dumps(report.to_dict(), compact=True))
     else:
-        from nodeagent.render.fleet import render
-        from nodeagent.render.table import console
+        from nodeagent.render.fleet import fleet_parts
+        from nodeagent.render.sheet import show
 
-        console().print(render(report, list(sections)))
+        show(fleet_parts(report, sections, every=verbose))

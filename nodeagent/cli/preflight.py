@@ -98,32 +98,34 @@ def preflight(
         from rich.text import Text
 
         from nodeagent.render import table, text
+        from nodeagent.render.sheet import show
 
-        if verbose or table.stdout_is_terminal():
-            table.print_report(report, durations=True, after=[Text(text.verdict_line(doc, v.to_dict()))])
-        else:  # piped: the problems with their fixes, the counts and the verdict
-            click.echo(text.problems(doc), nl=False)
+        verdict = Text(text.verdict_line(doc, v.to_dict()))
+        # Piped: the problems with their fixes, the counts and the verdict (-v: every finding).
+        show([table.report_part(report, doc, every=verbose, durations=True, after=[verdict])])
     sys.exit(gated.exit_code)
 
 
 @click.group(invoke_without_command=True)
+@format_option
 @click.pass_context
-def playbooks(ctx: click.Context) -> None:
-    """The shipped playbooks, with their descriptions (`playbooks show NAME` resolves one)."""
+def playbooks(ctx: click.Context, fmt: str) -> None:
+    """The shipped playbooks, with their descriptions (`playbooks show NAME` resolves one).
+
+    --format json: each playbook resolved, as `playbooks show NAME --format json` prints it."""
     if ctx.invoked_subcommand is not None:
         return
-    from rich.table import Table
-
     from nodeagent.gate import playbook
-    from nodeagent.render.table import console
+    from nodeagent.render import listings
+    from nodeagent.render.sheet import show
 
-    t = Table(show_header=True)
-    for col in ("name", "description", "checks", "tuners", "budget"):
-        t.add_column(col)
-    for pb in playbook.list_playbooks():
-        budget = f"{pb.budget_s:g}s" if pb.budget_s else "-"
-        t.add_row(pb.name, pb.description, ", ".join(pb.checks) or "all", ", ".join(pb.tuners) or "-", budget)
-    console().print(t)
+    found = playbook.list_playbooks()
+    if fmt == "json":
+        from nodeagent.render import jsonout
+
+        click.echo(jsonout.dumps(listings.playbooks_document(found)))
+        return
+    show([listings.playbooks_sheet(found)])
 
 
 @playbooks.command("show")
@@ -181,7 +183,8 @@ def report() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @format_option
 @output_option
-def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...]) -> None:
+@verbose_option
+def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...], verbose: bool) -> None:
     """Combine per-node results (files, or folders of *.json) into the fleet view: every node's
     status, drift and outliers. Exit code: the worst over the nodes."""
     from nodeagent.cluster.merge import merge_reports
@@ -194,7 +197,7 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...]) ->
 
         to_stdout = write_outputs(outputs, jsonout.document(merged.to_dict()))
     if not to_stdout:  # an --output FORMAT:- is what standard output carries
-        emit_fleet(merged, fmt, [f"note: {n}" for n in notes])
+        emit_fleet(merged, fmt, [f"note: {n}" for n in notes], verbose)
     sys.exit(merged.exit_code)
 
 

@@ -83,11 +83,10 @@ def verify(
         click.echo(jsonout.dumps(ran.to_dict()))
     else:
         from nodeagent.render import table
+        from nodeagent.render.sheet import show
         from nodeagent.render.verify import trials_table, verdict_lines
 
-        out = table.console()
-        out.print(trials_table(ran.result))
-        out.print(table.story_lines(verdict_lines(ran.result)), soft_wrap=True)
+        show([trials_table(ran.result), *table.story_lines(verdict_lines(ran.result))])
     sys.exit(ran.exit_code)
 
 
@@ -103,16 +102,15 @@ def history(fmt: str) -> None:
 
         click.echo(jsonout.dumps({"records": [r.model_dump(mode="json") for r in records]}))
         return
-    from nodeagent.render import table
+    from nodeagent.render.sheet import show
     from nodeagent.render.verify import history_table
 
-    out = table.console()
     if not records:
-        out.print(
-            "no verify decisions recorded yet: run `nodeagent verify` or `nodeagent tune --apply --verify`"
+        show(
+            ["no verify decisions recorded yet: run `nodeagent verify` or `nodeagent tune --apply --verify`"]
         )
         return
-    out.print(history_table(records))
+    show([history_table(records)])
 
 
 def register(cli: click.Group) -> None:

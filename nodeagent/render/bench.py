@@ -6,12 +6,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
-from rich.table import Table
 from rich.text import Text
 
 from nodeagent.bench import run, stats
 from nodeagent.bench.run import BenchResult, Progress, shown_number
-from nodeagent.render.table import console
+from nodeagent.render.literal import lit, one_line
+from nodeagent.render.sheet import Column, Part, Sheet, show
 
 
 class ProgressBar:
@@ -48,27 +48,28 @@ class ProgressBar:
 
 
 def print_table(result: BenchResult) -> None:
-    out = console()
+    """The configs table, the bound, the verdicts, what failed and the notes (by the one rule of
+    nodeagent.render.sheet: a table on a terminal, a line per config when piped)."""
+    show(bench_parts(result))
+
+
+def bench_parts(result: BenchResult) -> list[Part]:
     mode = "quick" if result.quick else "full"
     s = result.sizes
-    t = Table(
-        title=(
-            f"nodeagent bench ({mode}): images/s, {s.processes} process(es) x {s.repeats} repeats x "
-            f"{s.steps} steps of {s.batch} images {s.image_size}x{s.image_size}"
-        ),
-        title_justify="left",
+    t = Sheet(
+        f"nodeagent bench ({mode}): images/s, {s.processes} process(es) x {s.repeats} repeats x "
+        f"{s.steps} steps of {s.batch} images {s.image_size}x{s.image_size}",
+        tuple(Column(col, justify=justify) for col, justify in run.CONFIG_COLUMNS),  # type: ignore[arg-type]
     )
-    for col, justify in run.CONFIG_COLUMNS:
-        t.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for row in run.config_rows(result.configs):
         style = {run.OK: "", run.FAILED: "bold red", run.SKIPPED: "dim"}[row[1]]
-        t.add_row(*row, style=style)
-    out.print(t)
+        t.add(*row, style=style)
+    parts: list[Part] = [t]
     b = result.bound
     if b.value is None:
-        out.print("bound: unknown (input_only and compute_only must both run)")
+        parts.append("bound: unknown (input_only and compute_only must both run)")
     else:
-        out.print(
+        parts.append(
             f"bound: stage {shown_number(b.stage)} images/s (min of input_only, compute_only); CPU budget "
             f"{shown_number(b.cpu_budget)} images/s ({b.cpus or '?'} CPUs / CPU-s per image of input + "
             "compute); "
@@ -79,14 +80,15 @@ def print_table(result: BenchResult) -> None:
         style = {stats.FASTER: "green", stats.SLOWER: "red"}.get(v["verdict"], "yellow")
         line = Text(f"{a} vs {ref}: ", style="bold")
         line.append(v["verdict"], style=style)
-        line.append(f" ({v['reason']})")
-        out.print(line)
+        line.append(f" ({one_line(v['reason'])})")
+        parts.append(line)
     for name in result.failed:
         c = result.configs[name]
         tail = next((r.stderr_tail for r in c.runs if r.error), "")
-        out.print(Text(f"{name} failed: {c.reason}", style="bold red"))
+        parts.append(lit(f"{name} failed: {c.reason}", style="bold red"))
         if tail:
-            out.print(Text(tail, style="dim"))
+            parts.append(lit(tail, style="dim"))  # a worker's traceback: its lines as they were
     for note in result.notes:
-        out.print(Text(f"note: {note}", style="dim"))
-    out.print(Text(f"{result.duration_s:.0f} s", style="dim"))
+        parts.append(lit(f"note: {note}", style="dim"))
+    parts.append(Text(f"{result.duration_s:.0f} s", style="dim"))
+    return parts

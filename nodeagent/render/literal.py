@@ -29,6 +29,12 @@ def shown(value: Any) -> str:
     return _UNSAFE.sub(escape_char, value if isinstance(value, str) else str(value))
 
 
+def one_line(text: str) -> str:
+    """`text` on one line (line breaks and tabs become spaces), control characters shown as in
+    `shown`: what a piped line holds of a value."""
+    return shown(" ".join(text.split("\n")).replace("\r", " ").replace("\t", " ")).strip()
+
+
 def lit(value: Any, style: str = "", **options: Any) -> Text:
     """`value` as a rich Text, literally: markup is not parsed, control characters are shown.
     `options`: Text's own (no_wrap, overflow, justify)."""

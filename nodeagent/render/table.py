@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from nodeagent.core.finding import WORST_FIRST, Finding, Status
 from nodeagent.core.parse import format_cpulist
 from nodeagent.engine import Report
-from nodeagent.render.literal import lit, lits, shown
+from nodeagent.render.literal import lit, lits, one_line, shown
+from nodeagent.render.sheet import Both, Column, Part, Sheet, sheet
 
 STYLE = {
     Status.FAIL: "bold red",
@@ -24,9 +24,6 @@ STYLE = {
     Status.SKIPPED: "dim",
 }
 MAX_EVIDENCE = 6
-# Columns of a piped table (`check -v | less`): more than any line, so nothing is wrapped (a URL
-# cut in two no longer opens); the table itself is sized to its content, not to this.
-UNWRAPPED = 10_000
 
 
 def _details(f: Finding) -> Text:
@@ -93,7 +90,7 @@ def report_table(r: Report, durations: bool = False, expand: bool = True) -> Gro
     return Group(*parts)
 
 
-def facts_tables(doc: dict[str, Any]) -> Group:
+def facts_tables(doc: dict[str, Any]) -> list[Part]:
     """The facts of one machine: a summary, then one table per kind of device (those it has)."""
     tables = [
         _summary_table(doc),
@@ -103,24 +100,19 @@ def facts_tables(doc: dict[str, Any]) -> Group:
         _rdma_table(doc["rdma"]),
         _pcie_table(doc["pci"]),
     ]
-    parts: list[Any] = [t for t in tables if t is not None]
+    parts: list[Part] = [t for t in tables if t is not None]
     for problem in doc["problems"]:
         parts.append(lit(f"problem: {problem}", style="yellow"))
-    return Group(*parts)
+    return parts
 
 
-def _titled(title: str, columns: Sequence[str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col)
-    return table
+def _titled(title: str, columns: Sequence[str]) -> Sheet:
+    return sheet(title, *columns)
 
 
-def _summary_table(doc: dict[str, Any]) -> Table:
+def _summary_table(doc: dict[str, Any]) -> Sheet:
     t = doc["topology"]
-    head = Table(title=lit(f"nodeagent facts: {doc['host']}"), title_justify="left", show_header=False)
-    head.add_column(style="bold")
-    head.add_column()
+    head = Sheet(f"nodeagent facts: {doc['host']}", (Column("", style="bold"), Column("")), header=False)
     _row(head, "CPU", str(t["cpu_model"] or "?"))
     _row(
         head,
@@ -142,7 +134,7 @@ def _summary_table(doc: dict[str, Any]) -> Table:
     return head
 
 
-def _numa_table(topology: dict[str, Any]) -> Table:
+def _numa_table(topology: dict[str, Any]) -> Sheet:
     numa = _titled("NUMA nodes", ("node", "CPUs", "memory MiB", "distances"))
     for n in topology["numa_nodes"]:
         _row(
@@ -157,7 +149,7 @@ def _numa_table(topology: dict[str, Any]) -> Table:
     return numa
 
 
-def _gpu_table(gpus: list[dict[str, Any]]) -> Table | None:
+def _gpu_table(gpus: list[dict[str, Any]]) -> Sheet | None:
     if not gpus:
         return None
     gt = _titled("GPUs", ("index", "PCI", "vendor", "NUMA", "CPU affinity", "source"))
@@ -174,7 +166,7 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> Table | None:
     return gt
 
 
-def _nic_table(nics: list[dict[str, Any]]) -> Table | None:
+def _nic_table(nics: list[dict[str, Any]]) -> Sheet | None:
     physical = [n for n in nics if n["pci_address"]]
     if not physical:
         return None
@@ -195,7 +187,7 @@ def _nic_table(nics: list[dict[str, Any]]) -> Table | None:
     return nt
 
 
-def _rdma_table(ports: list[dict[str, Any]]) -> Table | None:
+def _rdma_table(ports: list[dict[str, Any]]) -> Sheet | None:
     if not ports:
         return None
     rt = _titled("RDMA ports", ("device", "port", "state", "physical", "rate", "link layer", "NUMA"))
@@ -213,7 +205,7 @@ def _rdma_table(ports: list[dict[str, Any]]) -> Table | None:
     return rt
 
 
-def _pcie_table(devices: list[dict[str, Any]]) -> Table | None:
+def _pcie_table(devices: list[dict[str, Any]]) -> Sheet | None:
     links = [d for d in devices if d["kind"] in ("gpu", "nic", "nvme", "accelerator")]
     if not links:
         return None
@@ -232,9 +224,9 @@ def _pcie_table(devices: list[dict[str, Any]]) -> Table | None:
     return pt
 
 
-def _row(table: Table, *cells: Any) -> None:
-    """A row of recorded values: each a Text (literal, control characters shown)."""
-    table.add_row(*lits(*cells))
+def _row(table: Sheet, *cells: Any) -> None:
+    """A row of recorded values, each as text (shown literally on a terminal, one line when piped)."""
+    table.add(*(c if isinstance(c, Text) else str(c) for c in cells))
 
 
 def _link(speed: float | None, width: int | None) -> str:
@@ -243,34 +235,32 @@ def _link(speed: float | None, width: int | None) -> str:
     return f"{speed if speed is not None else '?'} GT/s x{width if width is not None else '?'}"
 
 
-def console() -> Console:
-    return Console(highlight=False, markup=False, emoji=False)
+def report_part(
+    r: Report,
+    doc: Mapping[str, Any],
+    every: bool = False,
+    durations: bool = False,
+    after: Sequence[Text] = (),
+) -> Both:
+    """A run's findings (check, preflight): on a terminal report_table and the `after` lines; piped,
+    the lines of nodeagent.render.text from the run's document `doc`: the problems with their fixes,
+    or with `every` (-v) the table's title and every finding, then the counts."""
+    from nodeagent.render import text  # the report's models: only for a run's findings
 
-
-def stdout_is_terminal() -> bool:
-    """Whether a person is reading: `check` and `preflight` print the table then, and only the
-    problems when piped (nodeagent.render.text) unless -v."""
-    return sys.stdout.isatty()
-
-
-def print_report(r: Report, durations: bool = False, after: Sequence[Text] = ()) -> None:
-    """report_table, then the `after` lines, on standard output: as wide as the terminal on one;
-    piped (-v), sized to the table's content and never wrapped (rich would wrap at 80 columns)."""
-    terminal = stdout_is_terminal()
-    out = console() if terminal else Console(highlight=False, markup=False, emoji=False, width=UNWRAPPED)
-    out.print(report_table(r, durations, expand=terminal))
-    for line in after:
-        out.print(line)
+    piped = text.problems(doc, every=every, durations=durations and every).splitlines()
+    if every:  # the whole report, under the table's title
+        piped.insert(0, one_line(f"nodeagent check: {r.host}"))
+    return Both(Group(report_table(r, durations), *after), piped)
 
 
 SCOPE_STYLE = {"runtime": "bold", "boot": "yellow", "process": "cyan", "code": "magenta"}
 
 
-def plan_table(host: str, plans: list[Any]) -> Group:
+def plan_table(host: str, plans: list[Any]) -> list[Text]:
     """The plan: one block per change (target, scope, before, after, why), then each tuner's notes.
     A block rather than a table: values and reasons with URLs are too long for cells. What was done
     with the plan (dry run, applied, reverted) is the story's (tuning/story.py), printed after."""
-    parts: list[Any] = [Text(f"nodeagent tune (plan): {host}", style="bold underline")]
+    parts = [lit(f"nodeagent tune (plan): {host}", style="bold underline")]
     count = 0
     for p in plans:
         for c in p.changes:
@@ -279,22 +269,22 @@ def plan_table(host: str, plans: list[Any]) -> Group:
                 (f"{count:>2} ", "bold"),
                 (shown(f"{c.tuner} "), "bold"),
                 (f"[{c.scope.value}] ", SCOPE_STYLE.get(c.scope.value, "")),
-                shown(c.target),
+                one_line(c.target),
             )
             for label, value, style in (
                 ("before", c.before, ""),
                 ("after", c.after, "green"),
                 ("why", c.why, "dim"),
             ):
-                block.append(f"\n     {label:7}", style="dim")
-                block.append(shown(value), style=style)
+                block.append(f"\n     {label}: ", style="dim")
+                block.append(one_line(value), style=style)
             parts += [Text(), block]
     notes = [(p.tuner, n) for p in plans for n in p.notes]
     if notes:
         parts += [Text(), Text("notes:", style="bold")]
         for tuner, note in notes:
-            parts.append(Text.assemble((shown(f"  {tuner}: "), "bold"), shown(note)))
-    return Group(*parts)
+            parts.append(Text.assemble((shown(f"  {tuner}: "), "bold"), one_line(note)))
+    return parts
 
 
 # The style of a story line (tuning/story.py), by the part of the story it starts with.
@@ -311,16 +301,17 @@ STORY_STYLE = {
 }
 
 
-def story_lines(lines: list[str]) -> Group:
+def story_lines(lines: list[str]) -> list[Text]:
     """The tune or revert story, one styled line each; a read-back or revert that failed in red."""
-    parts: list[Any] = []
+    parts: list[Text] = []
     for line in lines:
         head = next((h for h in STORY_STYLE if line.startswith(h)), "")
         style = STORY_STYLE.get(head, "")
         if line.startswith("  ") or "did not take" in line or "not everything is back" in line:
             style = "red" if not line.startswith("      ") else "dim"
-        parts.append(lit(line, style=style))
-    return Group(*parts)
+        # One story line is one line: a value in it holding a line break does not start another.
+        parts.append(lit(line.replace("\r", " ").replace("\n", " "), style=style))
+    return parts
 
 
 def findings_lines(findings: list[Finding]) -> Group:

@@ -7,12 +7,10 @@ import math
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from nodeagent.bench import ab, paired, stats
 from nodeagent.bench.verify import ChangeVerdict, Progress, StepwiseResult
-from nodeagent.render.literal import lit
+from nodeagent.render.sheet import Abridged, Column, Sheet, sheet
 from nodeagent.tuning.history import Record
 
 SIDE_A = "A: as it is"
@@ -68,21 +66,27 @@ class BlockLines:
         self.out.print(line + (f" [{note}]" if note else ""), markup=False, soft_wrap=True)
 
 
-def trials_table(result: ab.ABResult) -> Table:
+def trials_table(result: ab.ABResult) -> Sheet:
     """One row per block: its order, each side's rate (the median of the block's trials), B/A."""
-    t = Table(title=f"trials: {result.workload} ({result.metric}, higher is better)", title_justify="left")
-    for col, justify in (("pair", "right"), ("order", "left"), (SIDE_A, "right"), (SIDE_B, "right")):
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
-    t.add_column("B/A", justify="right")
-    t.add_column("note")
+    t = Sheet(
+        f"trials: {result.workload} ({result.metric}, higher is better)",
+        (
+            Column("pair", justify="right"),
+            Column("order"),
+            Column(SIDE_A, justify="right"),
+            Column(SIDE_B, justify="right"),
+            Column("B/A", justify="right"),
+            Column("note"),
+        ),
+    )
     for b in result.blocks:
-        t.add_row(
+        t.add(
             str(b.number),
             "".join(b.order),
             rate_text(side_rate(b, ab.A)),
             rate_text(side_rate(b, ab.B)),
             ratio_text(block_ratio(b)),
-            lit(block_note(b)),
+            block_note(b),
         )
     return t
 
@@ -108,7 +112,7 @@ def verdict_lines(result: ab.ABResult) -> list[str]:
     return lines
 
 
-def _change_row(c: ChangeVerdict) -> list[str | Text]:
+def _change_row(c: ChangeVerdict) -> list[str]:
     r = c.result
     est = None if r is None else r.estimate
     if est is None:
@@ -118,7 +122,7 @@ def _change_row(c: ChangeVerdict) -> list[str | Text]:
             "-",
             "-",
             "-" if r is None else str(r.pairs),
-            lit(r.failed or "") if r else "",
+            (r.failed or "") if r else "",
         ]
     return [
         c.tuner,
@@ -130,26 +134,45 @@ def _change_row(c: ChangeVerdict) -> list[str | Text]:
     ]
 
 
-def changes_table(result: StepwiseResult) -> Table:
+def changes_table(result: StepwiseResult) -> Sheet:
     """tune --apply --verify: every planned change with its own ratio, interval and decision."""
-    t = Table(title="tune --verify: each change judged alone (B/A > 1: faster)", title_justify="left")
-    for col in ("change", "decision", "B/A", "interval", "pairs", "verdict"):
-        t.add_column(col)
+    t = sheet(
+        "tune --verify: each change judged alone (B/A > 1: faster)",
+        "change",
+        "decision",
+        "B/A",
+        "interval",
+        "pairs",
+        "verdict",
+    )
     for c in result.changes:
-        t.add_row(*_change_row(c))
+        t.add(*_change_row(c))
     return t
 
 
-def history_table(records: Sequence[Record]) -> Table:
-    t = Table(title="nodeagent verify history (oldest first)", title_justify="left")
-    for col in ("time", "node", "command", "change", "B/A", "interval", "pairs", "verdict", "decision"):
-        t.add_column(col)
+COMMAND_WIDTH = 60  # a terminal's history shows this much of a command; piped and JSON, all of it
+
+
+def history_table(records: Sequence[Record]) -> Sheet:
+    t = sheet(
+        "nodeagent verify history (oldest first)",
+        "time",
+        "node",
+        "command",
+        "change",
+        "B/A",
+        "interval",
+        "pairs",
+        "verdict",
+        "decision",
+    )
     for r in records:
-        t.add_row(
+        command = " ".join(r.command) if r.command is not None else "built-in benchmark"
+        t.add(
             r.time,
-            lit(r.node),
-            lit((" ".join(r.command) if r.command is not None else "built-in benchmark")[:60]),
-            lit(r.change),
+            r.node,
+            Abridged(command, command[:COMMAND_WIDTH]),
+            r.change,
             ratio_text(r.ratio),
             "-" if r.interval is None else f"[{r.interval[0]:.3f}, {r.interval[1]:.3f}]",
             str(r.pairs),
