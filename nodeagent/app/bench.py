@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nodeagent.bench.run import BenchResult, ProgressFn
+    from nodeagent.bench.run import BenchResult, EventFn, ProgressFn
     from nodeagent.gate.playbook import Playbook
 
 
@@ -48,8 +48,15 @@ def need_tensorflow() -> None:
         raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
 
 
-def run(request: BenchRequest, root: str | None = None, on_progress: ProgressFn | None = None) -> BenchResult:
-    """The benchmark of this machine (a recording cannot be benchmarked)."""
+def run(
+    request: BenchRequest,
+    root: str | None = None,
+    on_progress: ProgressFn | None = None,
+    on_event: EventFn | None = None,
+) -> BenchResult:
+    """The benchmark of this machine (a recording cannot be benchmarked). Each worker's steps go to
+    `on_progress`; `on_event` also hears of the data set and of each worker's end
+    (nodeagent.app.progress turns them into the faces' events)."""
     from nodeagent.bench import run as bench_run
     from nodeagent.core.errors import UsageError
 
@@ -60,7 +67,12 @@ def run(request: BenchRequest, root: str | None = None, on_progress: ProgressFn 
         )
     need_tensorflow()
     return bench_run.run_bench(
-        request.quick, request.profile, request.repeats, request.processes, on_progress=on_progress
+        request.quick,
+        request.profile,
+        request.repeats,
+        request.processes,
+        on_progress=on_progress,
+        on_event=on_event,
     )
 
 

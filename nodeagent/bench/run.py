@@ -115,7 +115,10 @@ FULL = Sizes.of(bench.DEFAULT, processes=5, timeout_s=1800)
 @dataclass(frozen=True)
 class Progress:
     """One step of progress: `config`'s process `process` of `processes` has done `done` of `total`
-    steps; `fraction` is the whole run's."""
+    steps; `fraction` is the whole run's. `run` is this worker process's number in the order they
+    run, of `runs` planned so far (a process run again adds one, a config that failed drops its
+    later rounds); the first `warmup` of the `total` steps are the untimed warm-up (0: none, or not
+    known: the worker has not said its total yet)."""
 
     config: str
     process: int
@@ -123,9 +126,36 @@ class Progress:
     done: int
     total: int
     fraction: float
+    run: int = 0
+    runs: int = 0
+    warmup: int = 0
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """The data set is being found in the cache, or made there (once: minutes on a small machine)."""
+
+    images: int
+
+
+@dataclass(frozen=True)
+class WorkerEnded:
+    """A worker process ended: its figures or its error (`worker`), and whether it is run again
+    (`worker.discarded`: other processes took too much of the CPUs while it ran)."""
+
+    config: str
+    process: int
+    processes: int
+    run: int
+    runs: int
+    worker: WorkerRun
+    fraction: float
 
 
 ProgressFn = Callable[[Progress], None]
+# Everything the benchmark tells as it goes, for a face that shows more than the steps.
+Event = Preparing | Progress | WorkerEnded
+EventFn = Callable[[Event], None]
 
 
 @dataclass(frozen=True)
@@ -460,18 +490,31 @@ def run_specs(
     timeout_s: float,
     on_progress: ProgressFn | None = None,
     rerun_disturbed: bool = True,
+    on_event: EventFn | None = None,
+    timed_steps: int | None = None,
 ) -> dict[str, list[WorkerRun]]:
     """`processes` runs of each spec, interleaved (round r starts at spec r mod n).
 
     With `rerun_disturbed`, a process during which other processes took more than BUSY_SHARE of
     the CPUs is marked discarded and run again at once (at most `processes` extra runs per spec):
     its figures say more about the neighbour than about the config. A spec whose process fails is
-    not run again: its later rounds would fail the same way and cost minutes."""
+    not run again: its later rounds would fail the same way and cost minutes.
+
+    Each step goes to `on_progress`; `on_event` gets the steps too, and each process's end. A
+    worker counts its warm-up and timed steps in one total: with `timed_steps` (the timed ones),
+    the rest of that total is told as the warm-up."""
     runs: dict[str, list[WorkerRun]] = {s.name: [] for s in specs}
     total = processes * len(specs)
     finished = 0
     shown = 0.0  # the fraction last reported: a rerun adds work, but the bar never moves back
     n = len(specs)
+
+    def tell(event: Progress | WorkerEnded) -> None:
+        if on_progress is not None and isinstance(event, Progress):
+            on_progress(event)
+        if on_event is not None:
+            on_event(event)
+
     for r in range(processes):
         for i in range(n):
             spec = specs[(i + r) % n]
@@ -489,24 +532,33 @@ def run_specs(
                     of: int = total,
                 ) -> None:
                     nonlocal shown
-                    if on_progress is None or steps <= 0:
+                    if steps <= 0 or (on_progress is None and on_event is None):
                         return
                     shown = max(shown, (before + min(1.0, done / steps)) / max(1, of))
-                    on_progress(Progress(spec.name, r + 1, processes, done, steps, shown))
+                    warmup = steps - timed_steps if timed_steps is not None and steps >= timed_steps else 0
+                    tell(Progress(spec.name, r + 1, processes, done, steps, shown, before + 1, of, warmup))
 
                 on_line(0, 1)
                 w = run_worker(spec, timeout_s, on_line)
                 runs[spec.name].append(w)
                 finished += 1
                 reruns = sum(1 for x in runs[spec.name] if x.discarded)
-                if not rerun_disturbed or w.error or reruns >= processes:
-                    break
-                if w.interference is None or w.interference <= BUSY_SHARE:
-                    break
-                w.discarded = (
-                    f"other processes used {w.interference:.0%} of the CPU time while it ran: run again"
+                again = (
+                    rerun_disturbed
+                    and not w.error
+                    and reruns < processes
+                    and w.interference is not None
+                    and w.interference > BUSY_SHARE
                 )
-                total += 1
+                if again:
+                    w.discarded = (
+                        f"other processes used {w.interference:.0%} of the CPU time while it ran: run again"
+                    )
+                    total += 1
+                shown = max(shown, finished / max(1, total))
+                tell(WorkerEnded(spec.name, r + 1, processes, finished, total, w, shown))
+                if not again:
+                    break
     return runs
 
 
@@ -641,12 +693,16 @@ def run_bench(
     processes: int | None = None,
     on_progress: ProgressFn | None = None,
     configs: Sequence[str] = CONFIGS,
+    on_event: EventFn | None = None,
 ) -> BenchResult:
     """The whole benchmark. `profile` None means "default"; without a usable profile, tuned is
-    skipped (with the reason) and the rest still runs."""
+    skipped (with the reason) and the rest still runs. Progress: each worker's steps to
+    `on_progress`; to `on_event`, the data set being prepared, the steps and each worker's end."""
     start = time.monotonic()
     sizes = sizes_for(quick, repeats, processes)
     profile_name = profile or "default"
+    if on_event is not None:
+        on_event(Preparing(sizes.images))
     data = ensure_data(sizes)
     env = clean_env(os.environ)
     results: dict[str, ConfigResult] = {}
@@ -663,7 +719,15 @@ def run_bench(
         specs.append(Spec(name, argv, env))
     # Quick mode is a smoke test with a time budget (a minute): disturbed processes are
     # reported in the notes, not run again.
-    runs = run_specs(specs, sizes.processes, sizes.timeout_s, on_progress, rerun_disturbed=not quick)
+    runs = run_specs(
+        specs,
+        sizes.processes,
+        sizes.timeout_s,
+        on_progress,
+        rerun_disturbed=not quick,
+        on_event=on_event,
+        timed_steps=sizes.steps * sizes.repeats,
+    )
     for name in configs:
         if name in runs:
             results[name] = config_result(name, runs[name])
