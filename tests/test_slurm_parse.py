@@ -278,6 +278,25 @@ def test_each_node_s_document_and_exit_code() -> None:
         assert {c["id"] for c in doc["checks"]} == {"numa", "kernel"} and "facts" in doc
 
 
+def test_each_task_is_told_when_its_exit_line_comes_and_once() -> None:
+    """A fleet's progress tells of a node as its task ends: at its exit line, whole by then (the
+    recorded step: task 1's exit line comes first, task 0's after all of its output)."""
+    ended: list[tuple[int, int | None, bool]] = []
+    out = slurm.StepOutput(CHECKED)
+
+    def settled(label: int) -> None:
+        task = out.tasks[label]
+        ended.append((label, task.exit_code, bool(task.encoded)))
+
+    out.on_settled = settled
+    lines = recorded("srun-check.stdout").splitlines(keepends=True)
+    exits = [int(line.split(":")[0]) for line in lines if f" {slurm.EXIT_MARK} " in line]
+    for line in [*lines, f"0: {slurm.EXIT_MARK} 0\n"]:  # an exit line again: no second telling
+        out.stdout_line(line, 1.0)
+    assert ended == [(label, 0, True) for label in exits]
+    assert exits == [1, 0]
+
+
 def test_a_check_report_is_named_by_its_slurm_node() -> None:
     out = replay("srun-check", CHECKED)
     node = slurm.SlurmNode("n3", "10.0.0.3", "IDLE", (), None, ("test",))
@@ -439,7 +458,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 def test_check_slurm_runs_where_it_can_and_fails_only_the_node_that_did_not_start(
     fake_slurm: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run_cli(["check", "--slurm", "test", "--format", "json"], capsys)
+    code, out, err = run_cli(["check", "--slurm", "test", "--format", "json", "--quiet"], capsys)
     doc = json.loads(out)
     validate(FleetDocument, doc, "the fleet document")
     assert code == 2 and err == ""

@@ -472,6 +472,9 @@ class StepOutput:
     srun: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
     max_stdout: int = field(default_factory=lambda: limits.limit_bytes("NODEAGENT_MAX_STDOUT_MIB"))
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+    # Called with a task's label once it has printed its exit line (or passed the limit), from the
+    # thread reading srun's stdout: a fleet's progress tells of each node as its task ends.
+    on_settled: Callable[[int], None] | None = field(default=None, repr=False)
     _settled: set[int] = field(default_factory=set, repr=False)
     _over: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -480,12 +483,17 @@ class StepOutput:
         match = _LABELLED.fullmatch(line.rstrip("\r\n"))
         if match is None:
             return  # srun labels every line of a task; anything else is not a task's
+        label = int(match[1])
+        if self._line(label, match[2], at_s) and self.on_settled is not None:
+            self.on_settled(label)  # outside the lock: the callback reads the task
+
+    def _line(self, label: int, text: str, at_s: float) -> bool:
+        """Take one line of task `label`; True when it settled the task."""
         with self._lock:
-            label = int(match[1])
             task = self._task(label)
             if task is None:
-                return
-            text = match[2]
+                return False
+            settled = label in self._settled
             encoded = _BASE64_LINE.fullmatch(text) is not None
             self._count(label, task, len(text) * 3 // 4 if encoded else len(text) + 1)
             mark, _, value = text.partition(" ")
@@ -499,6 +507,7 @@ class StepOutput:
                 self._settle(label)
             elif encoded and task.too_big is None:
                 task.encoded += text.encode("ascii")
+            return not settled and label in self._settled
 
     def _count(self, label: int, task: TaskOutput, size: int) -> None:
         """A line of `size` bytes more from task `label`, counted as at least FULL_LINE_BYTES; past
@@ -598,12 +607,19 @@ def task_document(
 
 
 def step(
-    argv: Sequence[str], nodes: Sequence[str], timeout_s: float, stop: Callable[[], None] | None = None
+    argv: Sequence[str],
+    nodes: Sequence[str],
+    timeout_s: float,
+    stop: Callable[[], None] | None = None,
+    on_settled: Callable[[StepOutput, int], None] | None = None,
 ) -> tuple[StepOutput, bool]:
     """Runs one srun, whose task i runs on `nodes[i]`, and reads its stdout and stderr line by line
     as they come. Past `timeout_s`, or once no task needs it (StepOutput.done), `stop()` (scancel)
-    then SIGTERM and SIGKILL end it. The output, and whether it timed out."""
+    then SIGTERM and SIGKILL end it. The output, and whether it timed out. `on_settled(output,
+    label)`: as each task ends (StepOutput.on_settled)."""
     out = StepOutput(tuple(nodes))
+    if on_settled is not None:
+        out.on_settled = lambda label: on_settled(out, label)
     start = time.monotonic()
     proc = subprocess.Popen(
         list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -685,8 +701,12 @@ def run(
     target: Target, argv: Sequence[str], shape: Shape, options: Options, on_done: OnDone | None = None
 ) -> SlurmRun:
     """`options.agent ARGV` on every node of `target` Slurm can run it on; one HostOutcome per node,
-    in the target's order."""
+    in the target's order. `on_done` hears of each node once, as soon as its outcome is known: the
+    nodes Slurm will not run or cannot reach at once, those whose task did not start after the
+    probe, the others as their task ends (from the thread reading srun's output)."""
+    told = _Told(on_done)
     outcomes, runnable = _sorted_out(target.nodes)
+    told.each(outcomes)
     source: dict[str, Any] = {
         "target": target.text,
         "kind": target.kind,
@@ -703,7 +723,7 @@ def run(
             )
         source["partition"] = partition.name
         try:
-            outcomes |= _allocated(runnable, argv, shape, options, partition, source)
+            outcomes |= _allocated(runnable, argv, shape, options, partition, source, told)
         except AllocationRefused:
             # A node may have left service since sinfo was asked (a slurmd that just stopped is
             # NOT_RESPONDING, and slurmctld allocates it to no one): asked again, those nodes get
@@ -711,12 +731,34 @@ def run(
             again, still = _sorted_out(_node_states(runnable))
             if not still or len(still) == len(runnable):
                 raise
-            outcomes |= again | _allocated(still, argv, shape, options, partition, source)
+            told.each(again)
+            outcomes |= again | _allocated(still, argv, shape, options, partition, source, told)
     ordered = {node.name: outcomes[node.name] for node in target.nodes}
-    if on_done is not None:
-        for outcome in ordered.values():
-            on_done(outcome)
+    told.each(ordered)  # those not told yet: a task that gave no exit line
     return SlurmRun(ordered, source)
+
+
+class _Told:
+    """Each node's outcome to `on_done` once, the first time it is known (a task's from the
+    thread reading srun's output, the others from this one)."""
+
+    def __init__(self, on_done: OnDone | None) -> None:
+        self.on_done = on_done
+        self.names: set[str] = set()
+        self.lock = threading.Lock()
+
+    def __call__(self, outcome: HostOutcome) -> None:
+        if self.on_done is None:
+            return
+        with self.lock:
+            if outcome.name in self.names:
+                return
+            self.names.add(outcome.name)
+        self.on_done(outcome)
+
+    def each(self, outcomes: Mapping[str, HostOutcome]) -> None:
+        for outcome in outcomes.values():
+            self(outcome)
 
 
 def _sorted_out(nodes: Sequence[SlurmNode]) -> tuple[dict[str, HostOutcome], list[SlurmNode]]:
@@ -743,10 +785,11 @@ def _allocated(
     options: Options,
     partition: Partition,
     source: dict[str, Any],
+    told: OnDone | None = None,
 ) -> dict[str, HostOutcome]:
     with allocation(nodes, partition, options, str(argv[0])) as job:
         source["job_id"] = job.job_id
-        return job.run(nodes, argv, shape)
+        return job.run(nodes, argv, shape, told)
 
 
 def _node_states(nodes: Sequence[SlurmNode]) -> list[SlurmNode]:
@@ -782,32 +825,45 @@ class Job:
     def cancel(self) -> None:
         _cancel(self.name)
 
-    def run(self, nodes: Sequence[SlurmNode], argv: Sequence[str], shape: Shape) -> dict[str, HostOutcome]:
+    def run(
+        self, nodes: Sequence[SlurmNode], argv: Sequence[str], shape: Shape, told: OnDone | None = None
+    ) -> dict[str, HostOutcome]:
+        """The outcome of every node; `told` hears of the nodes whose task did not start after the
+        probe, and of each other node as its task ends."""
         outcomes, started = self._probe(nodes)
+        if told is not None:
+            for outcome in outcomes.values():
+                told(outcome)
         if not started:
             return outcomes
         words = [self.options.agent, *argv]
         begin = time.monotonic()
+
+        def ended(out: StepOutput, label: int) -> None:
+            # The final outcome is made once the step is over (a later line may still change it);
+            # this one only tells the fleet's progress of a node whose task ended.
+            if told is None:
+                return
+            try:
+                task = out.tasks[label]
+                told(_task_outcome(started[label], task, words, shape, None, time.monotonic() - begin))
+            except Exception:  # srun's reader thread must go on reading, whatever this does
+                return
+
         out, timed_out = step(
             self.srun(started, RUN_SCRIPT, words),
             [n.name for n in started],
             self.minutes * 60 + STEP_SLACK_S,
             self.cancel,
+            ended,
         )
         elapsed = time.monotonic() - begin
         tasks = out.by_node()
+        limit = f"the job's {self.minutes} min" if timed_out else None
         for node in started:
-            task = tasks.get(node.name)
-            try:
-                if task is None:
-                    raise HostError(REMOTE, f"the task on {node.name} did not start: {out.about(node.name)}")
-                limit = f"the job's {self.minutes} min" if timed_out else None
-                doc, exit_code = task_document(task, node.name, words, limit)
-                outcome = shape(node, doc, exit_code)
-            except HostError as e:
-                outcome = HostOutcome(node.name, node.address, error=e)
-            outcome.duration_s = task.finished_s if task and task.finished_s is not None else elapsed
-            outcomes[node.name] = outcome
+            outcomes[node.name] = _task_outcome(
+                node, tasks.get(node.name), words, shape, limit, elapsed, out.about
+            )
         return outcomes
 
     def _probe(self, nodes: Sequence[SlurmNode]) -> tuple[dict[str, HostOutcome], list[SlurmNode]]:
@@ -841,6 +897,28 @@ class Job:
         except Exception as e:
             return HostOutcome(node.name, node.address, error=HostError(REMOTE, f"srun: {e}"))
         return None if node.name in out.by_node() else _not_started(node, out)
+
+
+def _task_outcome(
+    node: SlurmNode,
+    task: TaskOutput | None,
+    words: Sequence[str],
+    shape: Shape,
+    limit: str | None,
+    elapsed: float,
+    about: Callable[[str], str] | None = None,
+) -> HostOutcome:
+    """The node's outcome from what its task printed (`limit`: the step's, when it ran past it)."""
+    try:
+        if task is None or not task.started:
+            why = about(node.name) if about is not None else "no line from it"
+            raise HostError(REMOTE, f"the task on {node.name} did not start: {why}")
+        doc, exit_code = task_document(task, node.name, words, limit)
+        outcome = shape(node, doc, exit_code)
+    except HostError as e:
+        outcome = HostOutcome(node.name, node.address, error=e)
+    outcome.duration_s = task.finished_s if task and task.finished_s is not None else elapsed
+    return outcome
 
 
 def _not_started(node: SlurmNode, out: StepOutput) -> HostOutcome:
