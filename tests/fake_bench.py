@@ -20,7 +20,8 @@ TensorFlow, so the orchestration (nodeagent.bench.run, .verify) is tested in a s
 
 Its throughput: FAKE_SPEED_<CONFIG> (default 100) images/s, x1.5 when TF_NUM_INTRAOP_THREADS is
 set above 1 (as a tuned profile sets it), x0.5 when it is 1 (the harmful profile), with a small
-deterministic jitter per repeat. FAKE_FAIL_<CONFIG>=message makes it fail with that message
+deterministic jitter per repeat and one per process (from its pid; FAKE_STEADY=1: none, so that two
+runs give the same figures). FAKE_FAIL_<CONFIG>=message makes it fail with that message
 (FAKE_FAIL_WHEN_TUNED=message: when TF_NUM_INTRAOP_THREADS is set).
 FAKE_ARGS_LOG=path appends its argv and environment of interest to a file (one JSON per line).
 """
@@ -69,7 +70,7 @@ def main() -> int:
         speed *= 0.5
     elif intra:
         speed *= 1.5
-    pid_jitter = (os.getpid() % 7 - 3) * 0.002
+    pid_jitter = 0.0 if os.environ.get("FAKE_STEADY") else (os.getpid() % 7 - 3) * 0.002
     values = [speed * (1 + pid_jitter + 0.004 * ((i * 3) % 5 - 2)) for i in range(a.repeats)]
     wait = None if a.config in ("input_only", "compute_only") else float(os.environ.get("FAKE_WAIT", "0.4"))
     cpu = {"input_only": 0.004, "compute_only": 0.006}.get(a.config, 0.01)

@@ -418,6 +418,14 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
         else:  # a share of the loop's time: 0 is possible (a perfectly fed step)
             assert 0 <= wait <= 1
             assert c["diagnosis"].startswith("input-bound" if wait > run.INPUT_BOUND else "compute-bound")
+    # Its stderr, a pipe here, told each configuration as it went (one process each in quick mode):
+    # started, warm-up done, then the median of its own repeats, which is the config's.
+    told = [line for line in proc.stderr.splitlines() if line.startswith("bench: config ")]
+    ended = [line for line in told if " images/s (median of " in line]
+    assert len(told) == 3 * len(run.CONFIGS) and len(ended) == len(run.CONFIGS), proc.stderr
+    for n, (name, line) in enumerate(zip(run.CONFIGS, ended, strict=True), 1):
+        median = doc["configs"][name]["images_per_s"]["median"]
+        assert line.startswith(f"bench: config {n}/{len(run.CONFIGS)} {name}: {median:.1f} images/s "), line
     # The tuned config ran through `nodeagent exec`: the profile's threads and tf.data options.
     tuned = doc["configs"]["tuned"]
     assert tuned["tf_data_options"], tuned

@@ -132,7 +132,7 @@ def test_two_local_hosts_of_an_ansible_inventory_without_ssh(tmp_path: Path) -> 
         """,
     )
     env, log = offline_env(tmp_path)
-    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json", env=env)
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json", "-q", env=env)
     assert proc.returncode in (0, 1, 2, 3), proc.stderr
     assert proc.stderr == ""
     doc = fleet_json(proc)
@@ -193,7 +193,7 @@ def test_an_unreachable_ssh_host_leaves_the_local_one_alone(tmp_path: Path) -> N
         """,
     )
     env = dict(os.environ, HOME=str(empty_home(tmp_path)))
-    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json", env=env)
+    proc = nodeagent("check", "--cluster", str(inv), "--only", "kernel", "--format", "json", "-q", env=env)
     doc = fleet_json(proc)
     remote = doc["hosts"].pop("remote1")
     assert remote["error"]["kind"] == ssh.UNREACHABLE, remote

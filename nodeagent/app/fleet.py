@@ -118,19 +118,9 @@ def check(
 ) -> FleetRun:
     """The request's checks, parameters, thresholds and baseline on every host, compared."""
     from nodeagent.cluster.runner import CheckJob
-    from nodeagent.core.errors import UsageError
     from nodeagent.gate import judge
 
-    if remote_agent and (request.playbook is not None or request.baseline is not None):
-        raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
-    local = [spec.name for spec in inv.hosts if spec.connection == "local"]
-    if bandwidth is not None and local:
-        # Between two local hosts it would measure this machine's loopback, not a network.
-        raise UsageError(
-            f"--bandwidth measures the network between hosts over SSH, and {', '.join(local[:3])}"
-            f"{' ...' if len(local) > 3 else ''} run on this machine (connection: local): leave "
-            "out --bandwidth, or --limit the run to SSH hosts"
-        )
+    validate_check(inv, request, remote_agent, bandwidth is not None)
     selected = request.checks()
     params = judge.check_params(request.playbook, selected)
     job = CheckJob(
@@ -152,6 +142,22 @@ def check(
         report.extra = measured.to_dict()
         report.extra_status = measured.status()
     return FleetRun(report, measured)
+
+
+def validate_check(inv: Inventory, request: CheckRequest, remote_agent: bool, bandwidth: bool) -> None:
+    """The usage errors of `check`, found before anything starts (a progress display, a host)."""
+    from nodeagent.core.errors import UsageError
+
+    if remote_agent and (request.playbook is not None or request.baseline is not None):
+        raise UsageError("--playbook and --baseline judge pulled recordings: leave out --remote-agent")
+    local = [spec.name for spec in inv.hosts if spec.connection == "local"]
+    if bandwidth and local:
+        # Between two local hosts it would measure this machine's loopback, not a network.
+        raise UsageError(
+            f"--bandwidth measures the network between hosts over SSH, and {', '.join(local[:3])}"
+            f"{' ...' if len(local) > 3 else ''} run on this machine (connection: local): leave "
+            "out --bandwidth, or --limit the run to SSH hosts"
+        )
 
 
 def on_agents(
@@ -183,6 +189,16 @@ def slurm_check(
     """The request's checks run by nodeagent on each node of `target`, as one Slurm job step, and
     compared like any fleet. `request.root`, when given, is what each node reads (a path there)."""
     from nodeagent.cluster.slurm import check_outcome
+
+    validate_slurm_check(request)
+    ids = ",".join(c.id for c in request.checks())
+    argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{request.timeout_s:g}"]
+    argv += ["--root", request.root] if request.root else []
+    return FleetRun(_on_slurm(target, argv, check_outcome, fleet, on_done, compare=True))
+
+
+def validate_slurm_check(request: CheckRequest) -> None:
+    """The usage errors of `check --slurm`, found before anything starts (a progress display, a job)."""
     from nodeagent.core.errors import UsageError
 
     if request.playbook is not None or request.baseline is not None:
@@ -190,10 +206,6 @@ def slurm_check(
             "--playbook and --baseline judge recordings pulled over SSH; with --slurm the nodes run "
             "their own checks: leave them out, or use --cluster/--hosts"
         )
-    ids = ",".join(c.id for c in request.checks())
-    argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{request.timeout_s:g}"]
-    argv += ["--root", request.root] if request.root else []
-    return FleetRun(_on_slurm(target, argv, check_outcome, fleet, on_done, compare=True))
 
 
 def on_slurm(
@@ -272,4 +284,6 @@ __all__ = [
     "run",
     "slurm_check",
     "slurm_target",
+    "validate_check",
+    "validate_slurm_check",
 ]

@@ -25,6 +25,7 @@ from nodeagent.cli.options import (
     open_root,
     output_option,
     playbook_option,
+    quiet_option,
     root_option,
     verbose_option,
     write_outputs,
@@ -103,6 +104,7 @@ def cli() -> None:
 @baseline_option
 @output_option
 @verbose_option
+@quiet_option
 def check(
     root: str | None,
     hostname: str | None,
@@ -122,6 +124,7 @@ def check(
     baseline_path: Path | None,
     outputs: tuple[str, ...],
     verbose: bool,
+    quiet: bool,
 ) -> None:
     """Run the checks on this machine (or a snapshot, or every host of a cluster) and report findings.
 
@@ -153,9 +156,9 @@ def check(
                 warn_below_median=warn_below_median,
                 fail_below_median=fail_below_median,
             )
-        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs, verbose)
+        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs, verbose, quiet)
     if fleet.slurm:
-        _check_slurm(request, fleet, bandwidth, fmt, outputs, verbose)
+        _check_slurm(request, fleet, bandwidth, fmt, outputs, verbose, quiet)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
     ran = checking.run(request, with_facts)
@@ -183,13 +186,17 @@ def _check_fleet(
     fmt: str,
     outputs: tuple[str, ...],
     verbose: bool,
+    quiet: bool,
 ) -> NoReturn:
     """check --cluster/--hosts; `bw_params` (bandwidth Params) when --bandwidth measures the links."""
     from nodeagent.app import fleet as fleets
+    from nodeagent.app.progress import HostsDone
     from nodeagent.render import jsonout
-    from nodeagent.render.progress import progress
+    from nodeagent.render.progress import shown
 
-    with progress(len(inv.hosts), "check") as on_done:
+    fleets.validate_check(inv, request, remote_agent, bw_params is not None)
+    with shown(quiet) as emit:
+        on_done = HostsDone(emit, len(inv.hosts))
         ran = fleets.check(inv, request, fleet.request(), on_done, remote_agent, bw_params)
     sections: list[Part] = []
     if ran.bandwidth is not None:
@@ -202,20 +209,28 @@ def _check_fleet(
 
 
 def _check_slurm(
-    request: Any, fleet: Fleet, bandwidth: bool, fmt: str, outputs: tuple[str, ...], verbose: bool
+    request: Any,
+    fleet: Fleet,
+    bandwidth: bool,
+    fmt: str,
+    outputs: tuple[str, ...],
+    verbose: bool,
+    quiet: bool,
 ) -> NoReturn:
     """check --slurm: nodeagent on each node runs the checks there (--remote-agent is implied), as
     one Slurm job step; `request.root`, when given, is read on each node."""
     from nodeagent.app import fleet as fleets
+    from nodeagent.app.progress import HostsDone
     from nodeagent.render import jsonout
     from nodeagent.render.fleet import slurm_source
-    from nodeagent.render.progress import progress
+    from nodeagent.render.progress import shown
 
     if bandwidth:
         raise UsageError("--bandwidth measures between hosts over SSH: use it with --cluster or --hosts")
+    fleets.validate_slurm_check(request)
     target = fleets.slurm_target(fleet.request())
-    with progress(len(target.nodes), "check") as on_done:
-        ran = fleets.slurm_check(target, request, fleet.request(), on_done)
+    with shown(quiet) as emit:
+        ran = fleets.slurm_check(target, request, fleet.request(), HostsDone(emit, len(target.nodes)))
     if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
         emit_fleet(ran.report, fmt, [slurm_source(ran.report)], verbose)
     sys.exit(ran.report.exit_code)
@@ -407,6 +422,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 @format_option
 @cluster_options
 @playbook_option
+@quiet_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def tune(
     root: str | None,
@@ -425,6 +441,7 @@ def tune(
     fmt: str,
     fleet: Fleet,
     playbook_name: str | None,
+    quiet: bool,
     command: tuple[str, ...],
 ) -> None:
     """Plan the changes that fix what the checks find (a dry run unless --apply).
@@ -462,7 +479,7 @@ def tune(
         argv += [f"--playbook={playbook_name}"] if playbook_name else []
         argv += [f"--root={root}"] if root else []  # with --slurm: what each node reads
         argv += ["--", *command] if command else []
-        _agent_on_nodes(inv, argv, fleet, fmt, section=_fleet_tune_section)
+        _agent_on_nodes(inv, argv, fleet, fmt, quiet, section=_fleet_tune_section)
 
     request = tuning.TuneRequest(
         root,
@@ -486,10 +503,12 @@ def tune(
         )
     tuning.validate(request, do_apply, job, quick)
     if job is not None and do_apply:
-        from nodeagent.render.verify import BlockLines
+        from nodeagent.app.progress import Trials
+        from nodeagent.render.progress import shown
 
-        lines = BlockLines("tune --verify")
-        ran = tuning.run(request, do_apply, job, on_change=lines.change, on_block=lines)
+        with shown(quiet) as emit:
+            trials = Trials(emit, job, "tune --verify")
+            ran = tuning.run(request, do_apply, job, on_change=trials.change, on_block=trials.block)
     else:
         ran = tuning.run(request, do_apply)
     _print_tune(ran, fmt)
@@ -562,6 +581,7 @@ def _agent_on_nodes(
     argv: list[str],
     fleet: Fleet,
     fmt: str,
+    quiet: bool,
     statuses: dict[int, str] | None = None,
     section: Any = None,
 ) -> NoReturn:
@@ -570,16 +590,19 @@ def _agent_on_nodes(
     gathered side by side. `section(report)`, when given, renders what the hosts returned (tune:
     each host's changes)."""
     from nodeagent.app import fleet as fleets
-    from nodeagent.render.progress import progress
+    from nodeagent.app.progress import HostsDone
+    from nodeagent.render.progress import shown
 
     sections: list[Part] = []
     if inv is not None:
-        with progress(len(inv.hosts), argv[0]) as on_done:
-            report = fleets.on_agents(inv, argv, fleet.request(), statuses, on_done)
+        with shown(quiet) as emit:
+            report = fleets.on_agents(inv, argv, fleet.request(), statuses, HostsDone(emit, len(inv.hosts)))
     else:
         target = fleets.slurm_target(fleet.request())
-        with progress(len(target.nodes), argv[0]) as on_done:
-            report = fleets.on_slurm(target, argv, fleet.request(), statuses, on_done)
+        with shown(quiet) as emit:
+            report = fleets.on_slurm(
+                target, argv, fleet.request(), statuses, HostsDone(emit, len(target.nodes))
+            )
         from nodeagent.render.fleet import slurm_source  # rich and the tables: only for Slurm's line
 
         sections.append(slurm_source(report))
@@ -622,6 +645,7 @@ def _fleet_tune_section(report: Any) -> list[Part]:
 @cluster_options
 @playbook_option
 @output_option
+@quiet_option
 def bench(
     quick: bool,
     profile_name: str,
@@ -631,6 +655,7 @@ def bench(
     fleet: Fleet,
     playbook_name: str | None,
     outputs: tuple[str, ...],
+    quiet: bool,
 ) -> None:
     """Benchmark a TensorFlow tf.data + XLA training step: naive, autotune and tuned pipelines
     against the input and compute bounds, with medians, 95% intervals and verdicts.
@@ -641,18 +666,20 @@ def bench(
     64 bad input or TensorFlow missing.
     """
     from nodeagent.app import bench as benching
+    from nodeagent.app.progress import BenchSteps
     from nodeagent.render import jsonout
-    from nodeagent.render.bench import ProgressBar, print_table
+    from nodeagent.render.bench import print_table
+    from nodeagent.render.progress import shown
 
     request = benching.BenchRequest(quick, profile_name, repeats, processes)
     request = request.with_playbook(load_playbook(playbook_name))
     inv = fleet.inventory()
     # bench exits 1 when a configuration failed: that host's result is a failure.
     if inv is not None or fleet.slurm:
-        _agent_on_nodes(inv, request.argv(), fleet, fmt, {0: "OK", 1: "FAIL"})
+        _agent_on_nodes(inv, request.argv(), fleet, fmt, quiet, {0: "OK", 1: "FAIL"})
     benching.need_tensorflow()
-    with ProgressBar() as bar:
-        result = benching.run(request, on_progress=bar)
+    with shown(quiet) as emit:
+        result = benching.run(request, on_event=BenchSteps(emit))
     if write_outputs(outputs, jsonout.document(benching.document(result))):
         pass  # an --output FORMAT:- is what standard output carries
     elif fmt == "json":

@@ -209,6 +209,14 @@ verbose_option = click.option(
     "that need attention, with their fixes; a terminal gets the table of every finding).",
 )
 
+quiet_option = click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="No progress on stderr (on a terminal a bar; piped, one line per step, e.g. a benchmark "
+    "config, an A/B pair, hosts done). Standard output is the same either way.",
+)
+
 
 def load_playbook(name: str | None) -> Playbook | None:
     if name is None:

@@ -17,6 +17,7 @@ from nodeagent.cli.options import (
     load_baseline,
     load_playbook,
     output_option,
+    quiet_option,
     root_option,
     verbose_option,
     write_outputs,
@@ -155,7 +156,10 @@ def baseline() -> None:
     "--cluster", metavar="HOSTS.YML", help="Record every host of this inventory (agentless, over SSH)."
 )
 @click.option("--accept-new-host-keys", is_flag=True, help="With --cluster: as for `check --cluster`.")
-def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_host_keys: bool) -> None:
+@quiet_option
+def baseline_save(
+    path: Path, root: str | None, cluster: str | None, accept_new_host_keys: bool, quiet: bool
+) -> None:
     """Save this node's (or the fleet's) facts and check values as the baseline in PATH."""
     from nodeagent.app import baseline as baselines
     from nodeagent.app.fleet import FleetRequest
@@ -165,10 +169,13 @@ def baseline_save(path: Path, root: str | None, cluster: str | None, accept_new_
         raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
     inv = fleet.inventory() if fleet is not None else None
     if inv is not None:
-        from nodeagent.render.progress import progress
+        from nodeagent.app.progress import HostsDone
+        from nodeagent.core.safe_write import check_target
+        from nodeagent.render.progress import shown
 
-        with progress(len(inv.hosts), "baseline") as on_done:
-            saved = baselines.save(path, root, fleet, on_done)
+        check_target(path)  # a link or a device at PATH refused before the fleet's progress starts
+        with shown(quiet) as emit:
+            saved = baselines.save(path, root, fleet, HostsDone(emit, len(inv.hosts)))
     else:
         saved = baselines.save(path, root)
     click.echo(f"wrote {path}: {saved.hosts} host(s), {saved.values} values from {saved.source}")

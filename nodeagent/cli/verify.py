@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nodeagent.cli.options import format_option
+from nodeagent.cli.options import format_option, quiet_option
 
 pairs_option = click.option(
     "--pairs",
@@ -45,6 +45,7 @@ trial_timeout_option = click.option(
 @metric_option
 @trial_timeout_option
 @format_option
+@quiet_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def verify(
     profile_name: str,
@@ -53,6 +54,7 @@ def verify(
     metric: str | None,
     trial_timeout: float | None,
     fmt: str,
+    quiet: bool,
     command: tuple[str, ...],
 ) -> None:
     """Is the job faster with the profile? Interleaved A/B trials, paired, until the answer is clear.
@@ -72,11 +74,15 @@ def verify(
     read); 64 bad input; 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP.
     """
     from nodeagent.app import verify as verifying
-    from nodeagent.render.verify import BlockLines
+    from nodeagent.app.progress import Trials
+    from nodeagent.render.progress import shown
 
     request = verifying.VerifyRequest(profile_name, command, quick, pairs, metric, trial_timeout)
     verifying.validate(request)
-    ran = verifying.run(request, on_block=BlockLines())
+    with shown(quiet) as emit:
+        trials = Trials(emit, request.job())
+        trials.start()
+        ran = verifying.run(request, on_block=trials.block)
     if fmt == "json":
         from nodeagent.render import jsonout
 

@@ -1,50 +1,14 @@
-"""The benchmark on the terminal: a progress bar on stderr, the configs table with the bound and the
-verdicts."""
+"""The benchmark's result: the configs table with the bound and the verdicts (its progress is
+nodeagent.render.progress's)."""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.progress import BarColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from nodeagent.bench import run, stats
-from nodeagent.bench.run import BenchResult, Progress, shown_number
+from nodeagent.bench.run import BenchResult, shown_number
 from nodeagent.render.literal import lit, one_line
 from nodeagent.render.sheet import Column, Part, Sheet, show
-
-
-class ProgressBar:
-    """A rich progress bar on stderr fed by the workers' `progress` lines (stdout stays for JSON).
-    Refreshed twice a second: on a 2-CPU node a busy renderer would slow the workers it measures."""
-
-    def __init__(self, title: str = "bench") -> None:
-        self.title = title
-        self.progress = RichProgress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-            refresh_per_second=2,
-        )
-        self.task = self.progress.add_task(f"{title}: preparing the data set", total=1.0)
-
-    def __call__(self, p: Progress) -> None:
-        of = f" {p.process}/{p.processes}" if p.processes > 1 else ""
-        self.progress.update(
-            self.task,
-            description=f"{self.title}: {p.config}{of} step {p.done}/{p.total}",
-            completed=p.fraction,
-        )
-
-    def __enter__(self) -> ProgressBar:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
 
 
 def print_table(result: BenchResult) -> None:

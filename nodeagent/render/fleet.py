@@ -4,12 +4,10 @@ differing value with its hosts) and outliers, and the summary line."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console, Group, RenderableType
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -262,30 +260,3 @@ def slurm_source(r: FleetReport) -> Text:
         f"{not_run} not run (drained, reserved, busy ...), {without} without a result"
     )
     return lit(line)
-
-
-@contextmanager
-def progress_bar(total: int, label: str) -> Iterator[Callable[[HostOutcome], None]]:
-    """A progress bar on stderr (only on a terminal: logs and pipes stay clean), counting hosts that
-    answered and hosts that failed as they finish (nodeagent.render.progress shows it)."""
-    console = Console(stderr=True)
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[failed]} failed"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=not console.is_terminal,
-    )
-    failed = 0
-    with bar:
-        task = bar.add_task(label, total=total, failed=0)
-
-        def done(outcome: HostOutcome) -> None:
-            nonlocal failed
-            failed += 0 if outcome.ok else 1
-            bar.update(task, advance=1, failed=failed)
-
-        yield done

@@ -12,16 +12,12 @@ multi-line remediation stays multi-line).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.text import Text
 
+from nodeagent.render.escape import UNSAFE as _UNSAFE
 from nodeagent.render.escape import escape_char
-
-# C0 controls but tab and newline, DEL and the C1 controls (a terminal takes 0x9b as CSI), lone
-# surrogates, the bidirectional embeddings/overrides/isolates, and the two XML non-characters.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\ufffe\uffff]")
 
 
 def shown(value: Any) -> str:

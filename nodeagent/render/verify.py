@@ -1,15 +1,13 @@
-"""A/B verify on the terminal: one line per block as it ends (stderr), the trials table, the
-verdict in words, tune --apply --verify's table of changes, and the history table."""
+"""A/B verify's result: the trials table, the verdict in words, tune --apply --verify's table of
+changes, and the history table (the pairs as they end are nodeagent.render.progress's)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
-from rich.console import Console
-
 from nodeagent.bench import ab, paired, stats
-from nodeagent.bench.verify import ChangeVerdict, Progress, StepwiseResult
+from nodeagent.bench.verify import ChangeVerdict, StepwiseResult
 from nodeagent.render.sheet import Abridged, Column, Sheet, sheet
 from nodeagent.tuning.history import Record
 
@@ -44,26 +42,6 @@ def block_note(block: ab.Block) -> str:
         return block.disturbed + ("" if block.counted else ": left out, run again")
     return ""
 
-
-class BlockLines:
-    """Prints one line per block on stderr as the trials go (stdout stays for the result)."""
-
-    def __init__(self, what: str = "verify") -> None:
-        self.what = what
-        self.out = Console(stderr=True, highlight=False)
-        self.prefix = ""
-
-    def change(self, p: Progress) -> None:
-        self.prefix = f"{p.tuner} ({p.number}/{p.of}): "
-        self.out.print(f"{self.what}: judging {p.tuner}, change {p.number} of {p.of}", markup=False)
-
-    def __call__(self, block: ab.Block, estimate: paired.Estimate | None) -> None:
-        shown = ratio_text(block_ratio(block))
-        line = f"{self.what}: {self.prefix}pair {block.number} ({''.join(block.order)}): B/A {shown}"
-        if estimate is not None:
-            line += f"; so far {estimate.reason}"
-        note = block_note(block)
-        self.out.print(line + (f" [{note}]" if note else ""), markup=False, soft_wrap=True)
 
 
 def trials_table(result: ab.ABResult) -> Sheet:

@@ -5,7 +5,7 @@ end, then the verdict, above the history of verify decisions recorded on this ma
 
 The benchmark runs in a thread worker (backend.bench); its progress callback only records the latest
 progress, and a timer draws it twice a second, as the CLI's bar does: on a 2-CPU node a busy
-renderer would slow down the workers it measures (nodeagent.render.bench.ProgressBar). A verify
+renderer would slow down the workers it measures (nodeagent.render.progress_bar). A verify
 reports a block every few seconds (a pair of worker processes each), so each block is posted as a
 message and drawn at once. The benchmark and a verify load every CPU: one runs at a time."""
 
