@@ -260,7 +260,10 @@ def test_bench_on_a_terminal_draws_a_bar(fake_worker: tuple[Path, dict[str, str]
     code, out, drawn = on_terminal(driven("bench", "--quick", "--format", "json", fake_worker=worker), env)
     assert code == 0 and json.loads(out)["quick"] is True
     assert "\x1b[?25l" in drawn and "━" in drawn
-    assert "bench: config" in drawn and "warm-up first" not in drawn
+    # Its first frame is the first event's, never an empty bar; its last, the last config's.
+    assert drawn.split("\r")[0].startswith("\x1b[?25lbench: preparing the data set")
+    assert "bench: compute_only: done" in drawn and "config 4/4" in drawn
+    assert "warm-up first" not in drawn  # no plain lines on a terminal
 
 
 def test_a_failed_config_is_one_line(fake_worker: tuple[Path, dict[str, str]]) -> None:

@@ -41,9 +41,6 @@ class Bar:
         state = bar_state(event)
         if state is None:
             return
-        if not self.started:
-            self.progress.start()
-            self.started = True
         self.progress.update(
             self.task,
             description=shown(state.description),
@@ -51,6 +48,9 @@ class Bar:
             total=state.total,
             count=shown(state.count),
         )
+        if not self.started:
+            self.progress.start()
+            self.started = True
 
     def __enter__(self) -> Bar:
         return self

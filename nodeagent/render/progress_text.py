@@ -114,10 +114,13 @@ def bar_state(event: Event) -> BarState | None:
             f"{event.flow}: {event.tuner} ({event.number}/{event.of})", 0, 1, "applied, trials start"
         )
     if isinstance(event, events.Pair):
-        last = f"B/A {_ratio(event.ratio)}" if event.error is None else "failed"
-        answer = f"; {look(event)}" if event.estimate is not None else ""
+        # Short, so that the count beside it keeps its room: the last pair's B/A and the answer.
+        change = f"{event.change}: " if event.change else ""
+        last = f"last B/A {_ratio(event.ratio)}" if event.error is None else "a trial failed"
+        est = event.estimate
+        answer = "" if est is None else f", {'decided' if est.decided else 'so far'}: {est.verdict}"
         count = f"{event.counted}/{event.limit} pairs"
-        return BarState(f"{_pair_head(event)} {last}{answer}", event.counted, event.limit, count)
+        return BarState(f"{event.flow}: {change}{last}{answer}", event.counted, event.limit, count)
     count = f"{event.done}/{event.total} hosts, {_errors(event.errors)}"
     return BarState("fleet", event.done, event.total, count)
 
@@ -130,4 +133,6 @@ def _config_bar(e: events.ConfigStep) -> BarState:
     else:
         what = "warm-up" if e.done < e.warmup else "timed"
     steps = f", step {e.done}/{e.total}" if e.phase in (events.STEP, events.TIMING) else ""
-    return BarState(f"{_config(e)}: {what}", e.fraction, 1.0, f"config {e.number}/{e.of}{steps}")
+    process = f" (process {e.process}/{e.processes})" if e.processes > 1 else ""
+    description = f"bench: {e.config}{process}: {what}"
+    return BarState(description, e.fraction, 1.0, f"config {e.number}/{e.of}{steps}")
