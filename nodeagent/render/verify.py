@@ -43,7 +43,6 @@ def block_note(block: ab.Block) -> str:
     return ""
 
 
-
 def trials_table(result: ab.ABResult) -> Sheet:
     """One row per block: its order, each side's rate (the median of the block's trials), B/A."""
     t = Sheet(
