@@ -142,6 +142,25 @@ def test_a_signal_inside_a_critical_section_waits_for_its_end() -> None:
     assert done == ["second write"]
 
 
+@pytest.mark.usefixtures("default_dispositions")
+def test_an_event_loop_takes_the_signal_as_an_event_and_raises_only_without_one() -> None:
+    taken: list[int] = []
+
+    def take(signum: int) -> bool:
+        taken.append(signum)
+        return True
+
+    with interrupt.handled(), interrupt.delivered_to(take):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.01)  # no exception: the loop quits on its own terms
+    assert taken == [signal.SIGHUP] and interrupt.received() == signal.SIGHUP
+    no_loop_yet = interrupt.delivered_to(lambda _signum: False)
+    with pytest.raises(interrupt.Interrupted) as e, interrupt.handled(), no_loop_yet:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert e.value.signum == signal.SIGTERM
+
+
 # -- a trial's process -----------------------------------------------------------------------------
 
 

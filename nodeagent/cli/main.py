@@ -784,8 +784,25 @@ def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name
     from nodeagent.tui.app import make_app
     from nodeagent.tui.backend import LocalBackend
 
+    import asyncio  # the app's loop, which a signal is handed to
+
     start = screen or ("cluster" if cluster else "overview")
-    make_app(LocalBackend(root=root, inventory_path=cluster, playbook=pb), start).run()
+    app = make_app(LocalBackend(root=root, inventory_path=cluster, playbook=pb), start)
+
+    def quit_app(_signum: int) -> bool:
+        """SIGTERM or SIGHUP (a scheduler, a closed terminal): the app quits as by its own key, so
+        the terminal is given back; the command then ends as interrupted."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # before the app's loop starts or after it ends: raise as anywhere
+            return False
+        loop.call_soon_threadsafe(app.exit)
+        return True
+
+    with interrupt.delivered_to(quit_app):
+        app.run()
+    if (signum := interrupt.received()) is not None:
+        raise interrupt.Interrupted(signum)
 
 
 @cli.command("tuners")

@@ -16,6 +16,10 @@ Two rules keep the clean-up whole:
   scheduler's repeated SIGTERM cannot cut the clean-up short (SIGKILL still ends everything);
 - inside `critical()` (a switch of runtime values, a revert, a journal write) the interrupt waits
   until the section ends: a half-written set of values is never left behind.
+
+An event loop (the TUI) takes the signal as an event instead (`delivered_to`): raised at an
+arbitrary point of the loop, the exception would land inside the framework's own code (a widget
+being drawn), which reports it as a crash with its traceback rather than ending the command.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
@@ -47,6 +51,8 @@ class _State:
         self.received: int | None = None  # the first signal
         self.raised = False  # Interrupted was raised for it (clean-up is running)
         self.depth = 0  # critical sections entered, not left
+        # Takes the signal instead of an exception (delivered_to); False: it could not, so raise.
+        self.deliver: Callable[[int], bool] | None = None
 
 
 _state = _State()
@@ -77,7 +83,21 @@ def _raise_pending() -> None:
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _state.received is None:
         _state.received = signum
+    if _state.deliver is not None and _state.deliver(signum):
+        return
     _raise_pending()
+
+
+@contextlib.contextmanager
+def delivered_to(deliver: Callable[[int], bool]) -> Iterator[None]:
+    """While active, a signal goes to `deliver(signum)` instead of raising, unless it returns False
+    (e.g. no event loop runs yet). It runs inside the signal handler, so it must only schedule work
+    (asyncio's call_soon_threadsafe). `received()` tells afterwards which signal came."""
+    previous, _state.deliver = _state.deliver, deliver
+    try:
+        yield
+    finally:
+        _state.deliver = previous
 
 
 @contextlib.contextmanager
@@ -113,4 +133,4 @@ def critical() -> Iterator[None]:
 
 def _reset() -> None:
     """Each command starts with no signal received (a process may run more than one: tests)."""
-    _state.received, _state.raised, _state.depth = None, False, 0
+    _state.received, _state.raised, _state.depth, _state.deliver = None, False, 0, None
