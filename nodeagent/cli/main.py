@@ -781,10 +781,10 @@ def tui(root: str | None, cluster: str | None, screen: str | None, playbook_name
 
         load.load_inventory(Path(cluster))  # a bad inventory: one line, exit 64, before the app
     pb = load_playbook(playbook_name)  # a bad playbook: the same
+    import asyncio  # the app's loop, which a signal is handed to
+
     from nodeagent.tui.app import make_app
     from nodeagent.tui.backend import LocalBackend
-
-    import asyncio  # the app's loop, which a signal is handed to
 
     start = screen or ("cluster" if cluster else "overview")
     app = make_app(LocalBackend(root=root, inventory_path=cluster, playbook=pb), start)
