@@ -6,6 +6,15 @@ returns Changes. Applying is common to all tuners and lives here: runtime change
 named profile that `nodeagent exec` applies to the training job; boot changes are advice. Modelled
 on TuneD's save-old-value / apply / verify / unapply cycle (tuned/plugins/base.py), with
 verification reported as Findings rather than booleans.
+
+A tuner and the check it corresponds to share one judgement: a change of the node (RUNTIME or
+BOOT) is planned only for a value the check does not accept, and names that finding in `answers`
+("hugepages/thp-defrag"); a value the check accepts is left alone unless a parameter set
+explicitly asks for more, and then the change names the parameter in `asked` and says so in its
+`why`. What a tuner leaves of a finding it could answer is in its plan's `declined`, with why.
+PROCESS and CODE changes set up jobs started by `nodeagent exec` (a profile, not the node): no
+check reads them, so they name a finding only where they answer one (a thread pool the threads
+check flags), and otherwise set values the corresponding check accepts.
 """
 
 from __future__ import annotations
@@ -51,6 +60,10 @@ class Change:
     `target` names what changes ("kernel.numa_balancing", "scaling_governor of cpu0-63",
     "env OMP_NUM_THREADS"); `before`/`after` are shown as they are. Runtime changes carry their
     `writes`; process and code changes carry `profile_key` and `value`, merged into the profile.
+
+    `answers` are the check findings ("check/subject", the subject an fnmatch pattern where it
+    varies: "threads/pid *") whose not-accepted value this change corrects; `asked` is the tuner
+    parameter ("thp.defrag") set explicitly to ask for more than the check requires.
     """
 
     tuner: str
@@ -62,6 +75,8 @@ class Change:
     writes: tuple[Write, ...] = ()
     profile_key: str | None = None
     value: Any = None
+    answers: tuple[str, ...] = ()
+    asked: str | None = None
 
     @property
     def is_noop(self) -> bool:
@@ -83,26 +98,52 @@ class Change:
         if self.profile_key is not None:
             out["profile_key"] = self.profile_key
             out["value"] = self.value
+        if self.answers:
+            out["answers"] = list(self.answers)
+        if self.asked is not None:
+            out["asked"] = self.asked
         return out
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What one tuner would do. `notes` say why nothing (or less) is planned; `details` carries
-    structured extras for JSON (numa-pinning's `ranks`)."""
+    """What one tuner would do. `notes` say why nothing (or less) is planned; `declined` maps each
+    check finding ("check/subject", as in Change.answers) the tuner could answer but leaves to why
+    (the reason is in `notes` too, for people); `details` carries structured extras for JSON
+    (numa-pinning's `ranks`)."""
 
     tuner: str
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "tuner": self.tuner,
             "changes": [c.to_dict() for c in self.changes],
             "notes": self.notes,
-            **self.details,
         }
+        if self.declined:
+            out["declined"] = dict(self.declined)
+        return {**out, **self.details}
+
+
+def finding_key(check_id: str, subject: str) -> str:
+    """How a change or a plan names a check's finding: "hugepages/thp-defrag"."""
+    return f"{check_id}/{subject}"
+
+
+def answered(key: str, patterns: Sequence[str]) -> bool:
+    """Whether the finding `key` ("threads/pid 4242") is one of `patterns` ("threads/pid *")."""
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns)
+
+
+def asked_why(param: str, value: object, check_id: str, accepted: str) -> str:
+    """The `why` of a change an explicit parameter asked for beyond the check: "defrag=defer+madvise
+    asked by the tuner parameter thp.defrag; the hugepages check accepts madvise"."""
+    name = param.split(".", 1)[-1]
+    return f"{name}={value} asked by the tuner parameter {param}; the {check_id} check accepts {accepted}"
 
 
 @dataclass(frozen=True)
