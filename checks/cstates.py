@@ -391,6 +391,21 @@ def _driver_text(f: Facts) -> str:
     return text + (f", {', '.join(modes)} mode" if modes else "")
 
 
+def governor_accepted(governor: str, p: Params) -> bool:
+    """Whether the check accepts a policy's scaling governor."""
+    return governor == p.governor
+
+
+def epp_accepted(epp: str, p: Params) -> bool:
+    """Whether the check accepts a policy's energy_performance_preference."""
+    return epp == p.energy_performance_preference
+
+
+def turbo_accepted(on: bool, p: Params) -> bool:
+    """Whether the check accepts turbo/boost being on (True) or off."""
+    return on == p.turbo
+
+
 def _governor(f: Facts, p: Params) -> Finding:
     by_cpu = {cpu: pol.governor for pol in f.policies if pol.governor for cpu in pol.cpus}
     evidence = {f"{pol.path}/scaling_governor": pol.governor or "(absent)" for pol in f.policies}
@@ -406,7 +421,7 @@ def _governor(f: Facts, p: Params) -> Finding:
         )
     groups = _groups(by_cpu)
     where = "; ".join(f"{g} on CPUs {_cpus_text(cpus)}" for g, cpus in groups.items())
-    if set(groups) == {p.governor}:
+    if all(governor_accepted(g, p) for g in groups):
         return Finding(
             ID,
             Status.OK,
@@ -448,7 +463,7 @@ def _epp(f: Facts, p: Params) -> Finding:
         )
     evidence = {f"{pol.path}/energy_performance_preference": pol.epp for pol in f.policies if pol.epp}
     groups = _groups(by_cpu)
-    if set(groups) == {p.energy_performance_preference}:
+    if all(epp_accepted(epp, p) for epp in groups):
         return Finding(
             ID,
             Status.OK,
@@ -472,19 +487,25 @@ def _epp(f: Facts, p: Params) -> Finding:
     )
 
 
+def turbo_states(no_turbo: str | None, boost: str | None) -> list[bool]:
+    """The turbo states the files say (True: on), one per well-formed file: intel_pstate/no_turbo
+    (0 on) and cpufreq/boost (1 on). Turbo is on when every one of them says so."""
+    states: list[bool] = []
+    if no_turbo in ("0", "1"):
+        states.append(no_turbo == "0")
+    if boost in ("0", "1"):
+        states.append(boost == "1")
+    return states
+
+
 def _turbo_read(f: Facts) -> tuple[dict[str, str], list[bool]]:
     """The turbo files as read, and the states they say (True: turbo on), one per well-formed file."""
     evidence: dict[str, str] = {}
-    states: list[bool] = []
     if f.intel_no_turbo is not None:
         evidence[f"{INTEL_PSTATE_DIR}/no_turbo"] = f.intel_no_turbo
-        if f.intel_no_turbo in ("0", "1"):
-            states.append(f.intel_no_turbo == "0")
     if f.boost is not None:
         evidence[f"{CPUFREQ_DIR}/boost"] = f.boost
-        if f.boost in ("0", "1"):
-            states.append(f.boost == "1")
-    return evidence, states
+    return evidence, turbo_states(f.intel_no_turbo, f.boost)
 
 
 def _turbo(f: Facts, p: Params) -> Finding:
@@ -511,7 +532,7 @@ def _turbo(f: Facts, p: Params) -> Finding:
         )
     on = all(states)
     state = "on" if on else "off"
-    if on == p.turbo:
+    if turbo_accepted(on, p):
         return Finding(ID, Status.OK, f"turbo/boost {state}", evidence, expected=want, subject="turbo")
     if p.turbo:
         remediation = (
@@ -528,6 +549,8 @@ def _turbo(f: Facts, p: Params) -> Finding:
         expected=want,
         remediation=remediation,
         subject="turbo",
+        # The cpu-governor tuner turns turbo on; turning it off is left to people.
+        fix="cpu-governor" if p.turbo else None,
     )
 
 

@@ -25,6 +25,10 @@ from nodeagent.host import Host
 ID = "hugepages"
 DOC_HUGETLB = "https://docs.kernel.org/admin-guide/mm/hugetlbpage.html"
 DOC_THP = "https://docs.kernel.org/admin-guide/mm/transhuge.html"
+# What a defrag setting the check flags is changed to, in order of preference: defer+madvise lets
+# madvised regions compact directly and every other fault wake kcompactd; kernels before 4.11 lack
+# it, and madvise is the next best (transhuge.rst, Global THP controls).
+THP_DEFRAG_REMEDIES = ("defer+madvise", "madvise")
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,22 @@ def _pool_dir(pool: HugePagePool) -> str:
     return f"{HUGE_DIR}/hugepages-{pool.size_kb}kB"
 
 
+def thp_enabled_accepted(mode: str, p: Params) -> bool:
+    """Whether the check accepts THP mode `mode` (the bracketed word of enabled)."""
+    return mode in p.thp_enabled
+
+
+def thp_enabled_remedy(p: Params) -> str:
+    """The mode a flagged THP mode is changed to: the last accepted one (madvise by default: huge
+    pages where asked for, no bloat elsewhere)."""
+    return p.thp_enabled[-1] if p.thp_enabled else "madvise"
+
+
+def thp_defrag_accepted(defrag: str, p: Params) -> bool:
+    """Whether the check accepts THP defrag setting `defrag` (the bracketed word of defrag)."""
+    return defrag not in p.thp_defrag_avoid
+
+
 def _thp(f: Facts, p: Params) -> list[Finding]:
     enabled_path = f"{THP_DIR}/enabled"
     mode = f.memory.thp_enabled
@@ -143,14 +163,14 @@ def _thp_mode(f: Facts, p: Params) -> Finding:
             remediation=f"A corrupt recording: re-record the snapshot or read {enabled_path} on the node.",
             subject="thp",
         )
-    if mode not in p.thp_enabled:
+    if not thp_enabled_accepted(mode, p):
         return Finding(
             ID,
             Status.WARN,
             f"transparent huge pages {mode}: large tensors and pinned buffers stay in 4 KiB pages",
             evidence,
             expected=" or ".join(p.thp_enabled),
-            remediation=f"echo {p.thp_enabled[-1] if p.thp_enabled else 'madvise'} > {enabled_path} "
+            remediation=f"echo {thp_enabled_remedy(p)} > {enabled_path} "
             "(persist with transparent_hugepage=madvise on the kernel command line)",
             subject="thp",
             fix="thp",
@@ -181,14 +201,14 @@ def _thp_defrag(f: Facts, p: Params) -> Finding | None:
         )
     if defrag is None or mode in (None, "never"):
         return None
-    if defrag in p.thp_defrag_avoid:
+    if not thp_defrag_accepted(defrag, p):
         return Finding(
             ID,
             Status.WARN,
             f"THP defrag {defrag}: page faults stall in direct compaction when memory is fragmented",
             {defrag_path: raw or defrag},
-            expected="madvise or defer+madvise",
-            remediation=f"echo defer+madvise > {defrag_path}",
+            expected=" or ".join(reversed(THP_DEFRAG_REMEDIES)),
+            remediation=f"echo {THP_DEFRAG_REMEDIES[0]} > {defrag_path}",
             subject="thp-defrag",
             fix="thp",
         )

@@ -380,7 +380,7 @@ def _numa_finding(n: Nic, f: Facts, ev: dict[str, str]) -> Finding | None:
         remediation="The firmware gives no proximity (_PXM) for this slot: update the BIOS or enable "
         "its NUMA/SRAT options; until then pin by hand (NCCL_IB_HCA, numactl) from the board manual.",
         subject=n.name,
-        fix="numa-pinning",
+        # No tuner: the node is the firmware's to give; numa-pinning places ranks by it, cannot supply it.
     )
 
 

@@ -211,11 +211,16 @@ def _inconsistent(t: Topology) -> list[Finding]:
     return out
 
 
+def sysctl_accepted(raw: str, want: int) -> bool:
+    """Whether the check accepts a NUMA sysctl as read (`raw`) when it expects `want`."""
+    return raw.strip() == str(want)
+
+
 def _sysctl(name: str, raw: str | None, want: int, why: str) -> Finding | None:
     if raw is None:
         return None
     evidence = {_sysctl_path(name): raw}
-    if raw.strip() == str(want):
+    if sysctl_accepted(raw, want):
         return Finding(ID, Status.OK, f"{name} = {raw}", evidence, expected=str(want), subject=name)
     return Finding(
         ID,

@@ -37,6 +37,11 @@ LOCAL_RANK_VARS = (
     "SLURM_NTASKS_PER_NODE",
     "MPI_LOCALNRANKS",
 )
+# Blocking ops (queue and iterator waits, collectives) hold an inter-op thread while they wait, so
+# a pool of one serialises every other op behind them (inter_op_parallelism_threads in
+# tensorflow/core/protobuf/config.proto); threads that wait do not oversubscribe the CPUs, so an
+# inter-op pool of this many is accepted on any CPU count, and the tf-threads tuner never plans fewer.
+INTER_OP_FLOOR = 2
 # Only these variables are kept from any environment: the rest may hold secrets.
 KEPT_VARS = (*POOL_VARS, *LOCAL_RANK_VARS)
 # A python process is a training job when its command line names a framework or a training script.
@@ -348,9 +353,15 @@ def _env_findings(f: Facts, b: _Budget | None, p: Params) -> list[Finding]:
     return out
 
 
+def pool_limit(var: str, limit: int) -> int:
+    """The most threads the check accepts for pool variable `var` on `limit` CPUs."""
+    return max(limit, INTER_OP_FLOOR) if var == INTER else limit
+
+
 def _pool_var(var: str, raw: str, n: int | None, b: _Budget) -> Finding:
     """One pool variable that is set: a thread count within the budget, above it, or not a count."""
     ev = {f"{limits.ENVIRON_PATH} {var}": raw}
+    most = pool_limit(var, b.limit)
     if n is None:
         return Finding(
             ID,
@@ -358,18 +369,18 @@ def _pool_var(var: str, raw: str, n: int | None, b: _Budget) -> Finding:
             f"{var}={raw!r} is not a thread count: the runtime ignores it and uses its default",
             ev,
             expected="a positive integer",
-            remediation=f"export {var}={b.limit}",
+            remediation=f"export {var}={most}",
             subject=var,
             fix="tf-threads",
         )
-    if n > b.limit:
+    if n > most:
         return Finding(
             ID,
             Status.WARN,
             f"{var}={n} oversubscribes the {b.label}",
             {**ev, "available": b.label},
-            expected=f"<= {b.limit}",
-            remediation=f"export {var}={b.limit} (or less per rank when several ranks share the node)",
+            expected=f"<= {most}",
+            remediation=f"export {var}={most} (or less per rank when several ranks share the node)",
             subject=var,
             fix="tf-threads",
         )

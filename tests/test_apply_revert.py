@@ -141,7 +141,7 @@ def test_apply_verify_revert(tmp_path: Path, only: tuple[str, ...]) -> None:
     assert j.state == journal.APPLIED and len(j.writes) == len(expected)
     if "c-states" in only:
         saved = profile.load("default", state)
-        assert saved["launcher"]["cpu_dma_latency_us"] == c_states.Params().max_latency_us
+        assert saved["launcher"]["cpu_dma_latency_us"] == c_states.Params().limit_us
         assert doc["profile"] == str(state / "profiles" / "default.json")
     else:
         assert doc["profile"] is None
@@ -399,7 +399,7 @@ def test_cpu_governor_and_c_states_fix_the_cstates_check(tmp_path: Path) -> None
     root = build_node(tmp_path / "node")
     check, params = cstates_check.CHECK, cstates_check.Params()
     before = check.run(SysfsHost(root), params)
-    assert fixed_by(before, ("cpu-governor",)) == {"governor", "epp"}
+    assert fixed_by(before, ("cpu-governor",)) == {"governor", "epp", "turbo"}
     assert fixed_by(before, ("c-states",)) == {"idle-states"}
     assert one_finding(before, "turbo").status is Status.WARN
 

@@ -54,7 +54,7 @@ def test_40intel64_numa_unknown_on_four_nodes() -> None:
     eth0 = one_finding(f, "eth0")
     assert eth0.status is Status.WARN
     assert "numa_node -1" in eth0.summary and "4-node machine" in eth0.summary
-    assert eth0.fix == "numa-pinning"
+    assert eth0.fix is None  # no tuner can give a NIC its NUMA node
     for down in ("eth1", "eth2", "eth3"):
         assert one_finding(f, down).status is Status.OK
     ib0 = one_finding(f, "ib0")  # qib0's IPoIB netdev on NUMA node 2, datagram MTU 2044
@@ -307,7 +307,7 @@ def test_numa_unknown_only_matters_on_multi_node_machines() -> None:
     lost = _nic(numa_node=None)
     assert one_finding(nic.evaluate(_facts(lost), Params()), "ens1").status is Status.OK
     multi = one_finding(nic.evaluate(_facts(lost, numa_nodes=2), Params()), "ens1")
-    assert multi.status is Status.WARN and multi.fix == "numa-pinning"
+    assert multi.status is Status.WARN and multi.fix is None
     assert multi.evidence["/sys/class/net/ens1/device/numa_node"] == "-1"
     # numa_node not recorded at all says nothing about the firmware: not judged.
     absent = one_finding(nic.evaluate(_facts(lost, numa_nodes=2, numa_raw={"ens1": None}), Params()), "ens1")

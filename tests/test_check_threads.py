@@ -128,6 +128,19 @@ def test_pool_variable_larger_than_cpus_warns() -> None:
     assert "OMP_NUM_THREADS" not in one_finding(f, "defaults").summary
 
 
+def test_two_inter_op_threads_are_accepted_on_one_cpu() -> None:
+    """Inter-op threads wait on blocking ops rather than compute: the floor of two the tf-threads
+    tuner plans is accepted on a single CPU; intra-op threads, which compute, are not."""
+    env = {"TF_NUM_INTEROP_THREADS": "2", "TF_NUM_INTRAOP_THREADS": "2"}
+    f = threads.evaluate(_facts(1, env=env), Params())
+    assert one_finding(f, "TF_NUM_INTEROP_THREADS").status is Status.OK
+    assert one_finding(f, "TF_NUM_INTRAOP_THREADS").status is Status.WARN
+    more = one_finding(
+        threads.evaluate(_facts(1, env={"TF_NUM_INTEROP_THREADS": "3"}), Params()), "TF_NUM_INTEROP_THREADS"
+    )
+    assert more.status is Status.WARN and more.expected == "<= 2"
+
+
 def test_physical_core_budget_when_smt_siblings_do_not_count() -> None:
     facts = _facts(8, env={"TF_NUM_INTRAOP_THREADS": "8"}, smt=2)
     assert one_finding(threads.evaluate(facts, Params()), "TF_NUM_INTRAOP_THREADS").status is Status.OK

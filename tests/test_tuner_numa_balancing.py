@@ -47,13 +47,27 @@ def test_plans_the_sysctl_on_two_nodes(tmp_path: Path) -> None:
     assert (change.before, change.after) == ("1", "0")
     assert change.writes == (Write(PATH, "1", "0"),)
     assert "kernel.html#numa-balancing" in change.why
+    assert (change.answers, change.asked) == (("numa/kernel.numa_balancing",), None)
 
 
 def test_value_parameter(tmp_path: Path) -> None:
-    plan = plan_of(two_nodes(tmp_path, "0\n"), value=1)
-    assert plan.changes[0].writes == (Write(PATH, "0", "1"),)
+    """The numa check accepts 0: writing 1 over it is the parameter's doing, and the change says so."""
+    (change,) = plan_of(two_nodes(tmp_path, "0\n"), value=1).changes
+    assert change.writes == (Write(PATH, "0", "1"),)
+    assert (change.answers, change.asked) == ((), "numa-balancing.value")
+    assert change.why.startswith(
+        "value=1 asked by the tuner parameter numa-balancing.value; the numa check accepts 0"
+    )
     with pytest.raises(UsageError, match="parameter 'value' wants int"):
         numa_balancing.TUNER.make_params({"value": "off"})
+
+
+def test_writes_what_the_numa_check_expects(tmp_path: Path) -> None:
+    """The target is the check's numa_balancing parameter: one value, not two kept in step."""
+    host = two_nodes(tmp_path, "2\n")
+    (flagged,) = [f for f in numa.CHECK.run(host, numa.Params()) if f.fix == numa_balancing.ID]
+    (change,) = plan_of(host).changes
+    assert flagged.status is Status.WARN and change.after == flagged.expected == "0"
 
 
 @pytest.mark.parametrize(

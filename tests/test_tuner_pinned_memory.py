@@ -1,4 +1,5 @@
-"""pinned-memory: TF host-memory limit per rank, GPU thread mode, memlock soft limit; nothing without GPUs."""
+"""pinned-memory: TF host-memory limit per rank, GPU thread mode, memlock soft limit (only the last
+without GPUs)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,31 @@ def test_memlock_soft_below_unlimited_hard_is_raised_by_the_launcher() -> None:
     assert any("raise_memlock=false" in n for n in off.notes)
 
 
+def test_memlock_without_gpus_answers_the_kernel_check(tmp_path: Path) -> None:
+    """RDMA registration needs the limit on CPU-only nodes too: the kernel check flags it there, so
+    the launcher raises it there (or the plan says why it cannot)."""
+    from nodeagent.checks import kernel
+
+    cpu = {"/sys/devices/system/cpu/online": "0-3\n"}
+    raisable = make_tree(
+        tmp_path / "a", {**cpu, "/proc/self/limits": LIMITS.format(soft="8388608", hard="unlimited")}
+    )
+    (flagged,) = [f for f in kernel.CHECK.run(raisable, kernel.Params()) if f.subject == "memlock"]
+    assert flagged.status.value == "WARN" and flagged.fix == pinned_memory.ID
+    plan = plan_of(raisable)
+    (change,) = plan.changes
+    assert (change.profile_key, change.value, change.answers) == (
+        "launcher.memlock_soft",
+        "unlimited",
+        ("kernel/memlock",),
+    )
+    assert plan.notes[0].startswith("no GPU settings: no GPU on this node")
+    fixed = plan_of(
+        make_tree(tmp_path / "b", {**cpu, "/proc/self/limits": LIMITS.format(soft="8388608", hard="8388608")})
+    )
+    assert fixed.changes == [] and "a process cannot raise it" in fixed.declined["kernel/memlock"]
+
+
 def test_memlock_hard_limit_is_advice_only() -> None:
     fixed = pinned_memory.plan(gpu_facts(Limit(64 * MIB, 64 * MIB, "bytes")), Params())
     assert "launcher.memlock_soft" not in settings(fixed)
@@ -133,6 +159,7 @@ def test_this_machine() -> None:
     facts = pinned_memory.collect(host)
     plan = plan_of(host)
     if not facts.ranks.gpus:
-        assert plan.changes == [] and "no GPU" in plan.notes[0]
+        assert all(c.profile_key == "launcher.memlock_soft" for c in plan.changes)
+        assert "no GPU" in plan.notes[0]
     else:
         assert settings(plan)[f"env.{THREAD_MODE}"] == "gpu_private"

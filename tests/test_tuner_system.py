@@ -277,6 +277,49 @@ def test_turbo_branches(
         assert note in notes_text(plan)
 
 
+def test_governor_changes_name_the_cstates_findings_they_answer() -> None:
+    plan = gov_plan(policy(0), no_turbo="1")
+    assert [(c.answers, c.asked) for c in plan.changes] == [
+        (("cstates/epp",), None),
+        (("cstates/governor",), None),
+        (("cstates/turbo",), None),
+    ]
+
+
+def test_governor_left_where_the_check_accepts_it_unless_asked() -> None:
+    """performance is what the cstates check accepts: schedutil is written over it only because
+    the parameter asks, and the change says so; a policy the check flags is answered as well."""
+    accepted = policy(0, governor="performance", epp="performance", governors=["performance", "schedutil"])
+    flagged = policy(1, governors=["performance", "schedutil", "powersave"], epp="performance")
+    assert gov_plan(accepted).changes == []
+    (gov,) = gov_plan(accepted, flagged, params=cpu_governor.Params(governor="schedutil")).changes
+    assert (gov.target, gov.answers, gov.asked) == (
+        "scaling_governor of CPUs 0-1",
+        ("cstates/governor",),
+        "cpu-governor.governor",
+    )
+    assert gov.why.startswith(
+        "governor=schedutil asked by the tuner parameter cpu-governor.governor; the cstates check "
+        "accepts performance"
+    )
+    with pytest.raises(UsageError, match="parameter 'governor' wants a name"):
+        cpu_governor.Params(governor="")
+
+
+def test_governor_declines_what_it_cannot_write() -> None:
+    plan = gov_plan(
+        policy(0, governors=["ondemand"], governor="ondemand", epp="balance_power"),
+        policy(1, governor="performance", epp="balance_performance"),
+    )
+    assert set(plan.declined) == {"cstates/governor", "cstates/epp"}
+    assert "pins EPP itself" in plan.declined["cstates/epp"]
+    assert "'performance' is not in scaling_available_governors" in plan.declined["cstates/governor"]
+    both = gov_plan(policy(0, governor="performance", epp="performance"), no_turbo="0", boost="0")
+    assert "cpufreq/boost = 0: left as is" in both.declined["cstates/turbo"]
+    kept_off = gov_plan(policy(0), no_turbo="1", params=cpu_governor.Params(turbo=False))
+    assert "turbo=false" in kept_off.declined["cstates/turbo"]
+
+
 def test_governor_collect_old_layout_links_and_corrupt_cpu_list(tmp_path: Path) -> None:
     """Kernels before 4.3: cpu0/cpufreq is the policy folder and cpu1/cpufreq links to it."""
     base = f"{CPU}/cpu0/cpufreq"
@@ -339,7 +382,8 @@ def cfacts(**kw: Any) -> cstates_check.Facts:
 
 
 def test_c_states_default_is_the_check_threshold() -> None:
-    assert c_states.Params().max_latency_us == cstates_check.Params().max_exit_latency_us == 10
+    assert c_states.Params().max_latency_us is None
+    assert c_states.Params().limit_us == cstates_check.Params().max_exit_latency_us == 10
 
 
 def test_c_states_deep_state_plans_held_limit_and_boot_advice() -> None:
@@ -348,9 +392,53 @@ def test_c_states_deep_state_plans_held_limit_and_boot_advice() -> None:
     assert held.before == "no limit: C6 (133 us) on CPUs 0-1"  # C1E (10 us) is within the limit
     assert held.to_dict()["value"] == 10 and held.to_dict()["profile_key"] == c_states.PROFILE_KEY
     assert (boot.before, boot.after) == ("no intel_idle.max_cstate", "intel_idle.max_cstate=1")
+    assert [c.answers for c in plan.changes] == [("cstates/idle-states",)] * 2
     tighter = c_states.plan(cfacts(), c_states.Params(max_latency_us=5))
     assert tighter.changes[0].before == "no limit: C1E (10 us), C6 (133 us) on CPUs 0-1"
     assert tighter.changes[0].value == 5
+
+
+def test_c_states_tighter_limit_where_the_check_flags_nothing_is_asked() -> None:
+    """C1E (10 us) is within the check's threshold: limiting it is the parameter's doing."""
+    accepted = cfacts(idle_states={0: INTEL[:3]})
+    assert c_states.plan(accepted, c_states.Params()).changes == []
+    held, boot = c_states.plan(accepted, c_states.Params(max_latency_us=5)).changes
+    assert held.asked == boot.asked == "c-states.max_latency_us" and held.answers == boot.answers == ()
+    assert held.why.startswith(
+        "max_latency_us=5 asked by the tuner parameter c-states.max_latency_us; the cstates check "
+        "accepts exit latencies up to 10 us"
+    )
+
+
+def test_c_states_looser_limit_declines_what_the_check_flags() -> None:
+    plan = c_states.plan(cfacts(), c_states.Params(max_latency_us=200))
+    assert plan.changes == []
+    assert "max_latency_us=200: no enabled idle state exits slower" in plan.declined["cstates/idle-states"]
+
+
+def test_c_states_idle_poll_gets_the_c1_limit_instead() -> None:
+    """idle=poll: no idle driver registers (cpuidle 'none'), so which max_cstate applies is unknown."""
+    plan = c_states.plan(
+        cfacts(idle_driver="none", idle_states={}, cmdline="ro idle=poll"), c_states.Params()
+    )
+    (advice,) = plan.changes
+    assert (advice.scope, advice.before, advice.after) == (
+        Scope.BOOT,
+        "idle=poll",
+        "intel_idle.max_cstate=1 processor.max_cstate=1",
+    )
+    assert advice.answers == ("cstates/boot",)
+    findings = cstates_check.evaluate(
+        cfacts(idle_driver="none", idle_states={}, cmdline="ro idle=poll"), cstates_check.Params()
+    )
+    boot = next(f for f in findings if f.subject == "boot")
+    assert boot.status.value == "WARN" and boot.fix == c_states.ID
+    # With deep states and a known driver: one command-line change, answering both findings.
+    both = c_states.plan(cfacts(cmdline="idle=poll"), c_states.Params())
+    assert [(c.scope, c.after, c.answers) for c in both.changes] == [
+        (Scope.PROCESS, "10 us", ("cstates/idle-states",)),
+        (Scope.BOOT, "intel_idle.max_cstate=1", ("cstates/boot", "cstates/idle-states")),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -411,6 +499,14 @@ def test_hugepages_zero_is_a_deliberate_default() -> None:
     assert plan.changes == []
     assert "pages_per_node is 0: nothing reserved" in plan.notes[0]
     assert "taken from the memory the job can use" in plan.notes[0]
+    # Whatever the check says of the pools is left to people, and the plan says why.
+    assert plan.declined == {"hugepages/hugepages-*": plan.notes[0]}
+
+
+def test_hugepages_reservation_is_asked_by_its_parameter() -> None:
+    (change,) = hplan([hnode(0)], hugepages.Params(pages_per_node=8)).changes
+    assert (change.answers, change.asked) == ((), "hugepages.pages_per_node")
+    assert change.why.startswith("pages_per_node=8 asked by the tuner parameter hugepages.pages_per_node;")
 
 
 def test_hugepages_plans_each_cpu_node() -> None:
@@ -522,12 +618,13 @@ def test_hugepages_verify_ok_over_and_unreadable(tmp_path: Path) -> None:
 # -- thp: hand-built facts -------------------------------------------------------------------------
 
 
-def test_thp_defaults_are_what_the_hugepages_check_accepts() -> None:
+def test_thp_remedies_are_what_the_hugepages_check_accepts() -> None:
     from nodeagent.checks import hugepages as check
 
-    p = thp.Params()
-    assert p.enabled == "madvise" and p.enabled in check.Params().thp_enabled
-    assert p.defrag == "defer+madvise" and p.defrag not in check.Params().thp_defrag_avoid
+    assert thp.Params() == thp.Params(enabled=None, defrag=None)  # unset: the check decides
+    accepted = check.Params()
+    assert check.thp_enabled_accepted(check.thp_enabled_remedy(accepted), accepted)
+    assert all(check.thp_defrag_accepted(r, accepted) for r in check.THP_DEFRAG_REMEDIES)
 
 
 def test_thp_plans_bare_words_and_keeps_the_selected_value_as_before() -> None:
@@ -539,6 +636,43 @@ def test_thp_plans_bare_words_and_keeps_the_selected_value_as_before() -> None:
     assert defrag.writes == (Write(f"{THP}/defrag", "always", "defer+madvise"),)
     assert (enabled.before, defrag.before) == ("never", "always")
     assert "transhuge.html" in enabled.why
+    # With THP off the check judges no defrag: turning THP on answers its `thp` finding, and
+    # makes the flagged defrag matter.
+    assert enabled.answers == defrag.answers == ("hugepages/thp",)
+    assert enabled.asked is None and defrag.asked is None
+
+
+def test_thp_leaves_what_the_check_accepts_unless_a_parameter_asks() -> None:
+    """The hugepages check accepts enabled=always and defrag=madvise: the tuner leaves both, and
+    changes them only when a parameter set explicitly asks, saying so in the change's why."""
+    facts = thp.Facts("[always] madvise never", "always defer defer+madvise [madvise] never")
+    plan = thp.plan(facts, thp.Params())
+    assert plan.changes == []
+    assert "transparent_hugepage/defrag is madvise, which the hugepages check accepts" in notes_text(plan)
+    assert "transparent_hugepage/enabled is always, which the hugepages check accepts" in notes_text(plan)
+
+    (defrag,) = thp.plan(facts, thp.Params(defrag="defer+madvise")).changes
+    assert (defrag.before, defrag.after, defrag.answers, defrag.asked) == (
+        "madvise",
+        "defer+madvise",
+        (),
+        "thp.defrag",
+    )
+    assert defrag.why.startswith(
+        "defrag=defer+madvise asked by the tuner parameter thp.defrag; the hugepages check accepts madvise"
+    )
+
+
+def test_thp_explicit_value_over_a_flagged_one_answers_the_finding() -> None:
+    facts = thp.Facts("[always] madvise never", "[always] defer defer+madvise madvise never")
+    (defrag,) = thp.plan(facts, thp.Params(defrag="madvise")).changes
+    assert (defrag.after, defrag.answers, defrag.asked) == ("madvise", ("hugepages/thp-defrag",), None)
+
+
+def test_thp_defrag_falls_back_to_madvise_on_kernels_without_defer_madvise() -> None:
+    # Kernels before 4.11 offer no defer+madvise; madvise is the check's next remedy.
+    (defrag,) = thp.plan(thp.Facts("[always] madvise never", "[always] madvise never"), thp.Params()).changes
+    assert (defrag.before, defrag.after, defrag.answers) == ("always", "madvise", ("hugepages/thp-defrag",))
 
 
 @pytest.mark.parametrize(
@@ -546,15 +680,28 @@ def test_thp_plans_bare_words_and_keeps_the_selected_value_as_before() -> None:
     [
         (thp.Facts(None, None), "no transparent huge pages; nothing to plan"),
         (thp.Facts("always [madvise] never", None), "defrag is absent"),
-        (thp.Facts("always [madvise] never", "defer+madvise [madvise]"), "enabled is already madvise"),
+        (thp.Facts("always [madvise] never", "defer+madvise [madvise]"), "enabled is madvise, which the"),
         (thp.Facts("garbage\x00", "[madvise]"), "no [selected] choice"),
-        # Kernels before 4.11 offer no defer+madvise.
-        (thp.Facts("[always] madvise never", "[always] madvise never"), "does not offer 'defer+madvise'"),
     ],
 )
 def test_thp_notes(facts: thp.Facts, note: str) -> None:
     plan = thp.plan(facts, thp.Params())
     assert note in notes_text(plan)
+
+
+def test_thp_kept_off_leaves_defrag_alone() -> None:
+    """With THP off and kept off (enabled=never asked), the check judges no defrag: nothing to do."""
+    plan = thp.plan(
+        thp.Facts("always madvise [never]", "[always] madvise never"), thp.Params(enabled="never")
+    )
+    assert plan.changes == []
+    assert "defrag left as is: THP is never, so defrag does not matter" in notes_text(plan)
+
+
+def test_thp_declines_a_flagged_value_it_cannot_change() -> None:
+    plan = thp.plan(thp.Facts("[always] madvise never", "[always] never"), thp.Params())
+    assert plan.changes == []
+    assert "does not offer 'defer+madvise' or 'madvise'" in plan.declined["hugepages/thp-defrag"]
 
 
 def test_thp_params_are_checked() -> None:
@@ -569,13 +716,40 @@ def test_thp_collect_tree(tmp_path: Path) -> None:
     host = make_tree(
         tmp_path,
         {
-            f"{THP}/enabled": "[always] madvise never\n",
-            f"{THP}/defrag": "always defer [defer+madvise] madvise never\n",
+            f"{THP}/enabled": "always [madvise] never\n",
+            f"{THP}/defrag": "[always] defer defer+madvise madvise never\n",
         },
     )
     plan = thp.TUNER.run_plan(host, thp.Params())
-    assert [c.target for c in plan.changes] == ["transparent_hugepage/enabled"]
-    assert "defrag is already defer+madvise" in notes_text(plan)
+    assert [c.target for c in plan.changes] == ["transparent_hugepage/defrag"]
+    assert "enabled is madvise, which the hugepages check accepts" in notes_text(plan)
+
+
+@pytest.mark.parametrize("enabled", thp.ENABLED_MODES)
+@pytest.mark.parametrize("defrag", thp.DEFRAG_MODES)
+def test_thp_plans_exactly_what_the_hugepages_check_flags(tmp_path: Path, enabled: str, defrag: str) -> None:
+    """Every documented pair of modes (transhuge.rst): with its defaults the tuner changes a file
+    exactly when the check does not accept it, and after the change the check accepts it."""
+    from nodeagent.checks import hugepages as check
+
+    def selector(modes: tuple[str, ...], chosen: str) -> str:
+        return " ".join(f"[{m}]" if m == chosen else m for m in modes) + "\n"
+
+    files = {f"{THP}/enabled": selector(thp.ENABLED_MODES, enabled)}
+    files[f"{THP}/defrag"] = selector(thp.DEFRAG_MODES, defrag)
+    host = make_tree(tmp_path, files)
+    flagged = {
+        f.subject for f in check.CHECK.run(host, check.Params()) if f.subject.startswith("thp") and f.fix
+    }
+    plan = thp.TUNER.run_plan(host, thp.Params())
+    assert {a.removeprefix("hugepages/") for c in plan.changes for a in c.answers} == flagged
+    assert all(c.asked is None for c in plan.changes)
+    for c in plan.changes:
+        files[c.writes[0].path] = selector(
+            thp.ENABLED_MODES if c.writes[0].path.endswith("enabled") else thp.DEFRAG_MODES, c.after
+        )
+    after = make_tree(tmp_path / "after", files)
+    assert [f for f in check.CHECK.run(after, check.Params()) if f.subject.startswith("thp") and f.fix] == []
 
 
 def test_tuner_paths_cover_what_they_write() -> None:

@@ -119,6 +119,44 @@ def test_environment_before_values(tmp_path: Path) -> None:
     }
 
 
+def test_pools_answer_the_threads_check_and_leave_what_they_do_not_set(tmp_path: Path) -> None:
+    """INTRA=64 on 4 CPUs is what the threads check flags; the profile's sizes are what it accepts
+    (two inter-op threads included), MKL_NUM_THREADS is the check's too but no variable of this
+    tuner, and intra_op set explicitly asks for its size."""
+    from nodeagent.checks import threads
+
+    files = {
+        "/proc/self/environ": f"PATH=/bin\x00{INTRA}=64\x00MKL_NUM_THREADS=32\x00",
+        "/sys/devices/system/cpu/online": "0-3\n",
+        "/sys/devices/system/node/node0/cpulist": "0-3\n",
+    }
+    host = make_tree(tmp_path, files)
+    flagged = {f.subject for f in threads.CHECK.run(host, threads.Params()) if f.fix == tf_threads.ID}
+    assert flagged == {INTRA, "MKL_NUM_THREADS"}
+    plan = plan_of(host)
+    intra = next(c for c in plan.changes if c.profile_key == f"env.{INTRA}")
+    assert f"threads/{INTRA}" in intra.answers and intra.asked is None
+    assert plan.declined == {
+        "threads/MKL_NUM_THREADS": "MKL_NUM_THREADS=32 left as is: tf-threads sets "
+        "TF_NUM_INTRAOP_THREADS, TF_NUM_INTEROP_THREADS, OMP_NUM_THREADS only"
+    }
+    env = {c.profile_key.removeprefix("env."): str(c.value) for c in plan.changes if c.profile_key}
+    after = threads.CHECK.run(
+        make_tree(
+            tmp_path / "after",
+            {**files, "/proc/self/environ": "\x00".join(f"{k}={v}" for k, v in env.items()) + "\x00"},
+        ),
+        threads.Params(),
+    )
+    assert [f.summary for f in after if f.subject in env and f.status.value != "OK"] == []
+    forced = plan_of(host, intra_op=3)
+    assert {c.profile_key: c.asked for c in forced.changes} == {
+        f"env.{INTRA}": "tf-threads.intra_op",
+        f"env.{INTER}": None,
+        f"env.{OMP}": "tf-threads.intra_op",
+    }
+
+
 def test_errors_and_empty_facts_plan_nothing(tmp_path: Path) -> None:
     plan = plan_of(smi_host(tmp_path, A100), ranks=9)
     assert plan.changes == [] and "ranks=9" in plan.notes[0]

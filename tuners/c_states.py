@@ -12,15 +12,20 @@ of an input-pipeline thread or NCCL proxy. Two ways out, both planned here:
   line, which stops the deeper states from being registered at all (kernel-parameters.txt,
   Documentation/admin-guide/pm/intel_idle.rst).
 
-The threshold is the `cstates` check's, so what the launcher holds is what the check expects.
+The threshold is the `cstates` check's, so what the launcher holds is what the check expects, and
+both are planned only where the check flags an idle state (its `idle-states` finding); a tighter
+`max_latency_us`, set explicitly, asks for more than the check requires, and the changes say so.
+An `idle=poll` on the kernel command line (the check's `boot` finding) gets the advice to replace
+it with the same C1 limit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from nodeagent.api.check import param
-from nodeagent.api.tune import Change, Plan, Scope, Tuner
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, asked_why, finding_key
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks.cstates import CPU_DIR, CPUIDLE_DIR, IdleState
 from nodeagent.core.errors import UsageError
@@ -41,25 +46,37 @@ DOC_PARAMS = "https://docs.kernel.org/admin-guide/kernel-parameters.html"
 # cpuidle driver -> the kernel parameter that caps its states at C1 (kernel-parameters.txt).
 BOOT_LIMITS = {"intel_idle": "intel_idle.max_cstate", "acpi_idle": "processor.max_cstate"}
 BOOT_LIMIT = 1  # C1 (and POLL) stay: their exit latency is a few microseconds
+IDLE_FINDING = finding_key(cstates_check.ID, "idle-states")
+BOOT_FINDING = finding_key(cstates_check.ID, "boot")
 
 Facts = cstates_check.Facts
 
 
 @dataclass(frozen=True)
 class Params:
-    max_latency_us: int = param(
-        cstates_check.Params.max_exit_latency_us,
+    max_latency_us: int | None = param(
+        None,
         "CPU wake-up latency limit (us) the launcher requests through /dev/cpu_dma_latency: idle "
-        "states with a longer exit latency are not entered while the job runs; the same threshold "
-        f"as the cstates check ({DOC_PM_QOS}; tuned's latency-performance force_latency).",
+        "states with a longer exit latency are not entered while the job runs. Unset: the cstates "
+        "check's max_exit_latency_us (10), planned only where the check flags a state; set: planned "
+        f"wherever an enabled state exits slower ({DOC_PM_QOS}; tuned's latency-performance "
+        "force_latency).",
     )
 
     def __post_init__(self) -> None:
         # PM QoS takes an s32 in microseconds; negative values are rejected by the kernel.
-        if not 0 <= self.max_latency_us <= 2_000_000_000:
-            raise UsageError(
-                f"tuner {ID}: max_latency_us must be between 0 and 2000000000 us, got {self.max_latency_us}"
-            )
+        value = self.max_latency_us
+        if value is None:
+            return
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 2_000_000_000:
+            raise UsageError(f"tuner {ID}: max_latency_us must be between 0 and 2000000000 us, got {value}")
+
+    @property
+    def limit_us(self) -> int:
+        """The limit planned: the parameter, else the cstates check's threshold."""
+        if self.max_latency_us is not None:
+            return self.max_latency_us
+        return cstates_check.Params().max_exit_latency_us
 
 
 def _label(s: IdleState) -> str:
@@ -81,16 +98,34 @@ def _boot_advice(f: Facts, boot: dict[str, str], notes: list[str]) -> Change | N
         notes.append(f"{name}={current} is already on the kernel command line")
         return None
     setting = f"{name}={BOOT_LIMIT}"
-    why = (
-        f"persistent limit from the next boot on: `grubby --update-kernel=ALL --args={setting}` "
-        f"(RHEL/Fedora), or add {setting} to GRUB_CMDLINE_LINUX in /etc/default/grub and run "
-        f"update-grub (Debian/Ubuntu); costs idle power ({DOC_INTEL_IDLE}, {DOC_PARAMS})"
-    )
     if current is not None:
         before = f"{name}={current}"
     else:
         before = f"no {name}" if f.cmdline is not None else "(/proc/cmdline not readable)"
-    return Change(ID, "kernel command line", before, setting, Scope.BOOT, why)
+    return Change(ID, "kernel command line", before, setting, Scope.BOOT, _boot_why(setting))
+
+
+def _boot_why(setting: str) -> str:
+    return (
+        f"persistent limit from the next boot on: `grubby --update-kernel=ALL --args={setting}` "
+        f"(RHEL/Fedora), or add {setting} to GRUB_CMDLINE_LINUX in /etc/default/grub and run "
+        f"update-grub (Debian/Ubuntu); costs idle power ({DOC_INTEL_IDLE}, {DOC_PARAMS})"
+    )
+
+
+def _poll_advice(f: Facts, boot: dict[str, str]) -> Change | None:
+    """idle=poll spins idle CPUs (the check's `boot` finding): the same C1 limit, without spinning.
+    Under idle=poll no idle driver registers, so the one to cap is unknown unless recorded: both."""
+    if boot.get("idle") != "poll":
+        return None
+    name = BOOT_LIMITS.get(f.idle_driver or "")
+    names = [name] if name else list(BOOT_LIMITS.values())
+    setting = " ".join(f"{n}={BOOT_LIMIT}" for n in names)
+    why = (
+        f"idle=poll spins idle CPUs, stealing cycles from their SMT siblings; remove it and set {setting}: "
+        + _boot_why(setting)
+    )
+    return Change(ID, "kernel command line", "idle=poll", setting, Scope.BOOT, why, answers=(BOOT_FINDING,))
 
 
 def _deep_states(f: Facts, max_latency_us: int) -> tuple[dict[int, str], IdleState | None]:
@@ -127,41 +162,62 @@ def _latency_limit(deep_by_cpu: dict[int, str], max_latency_us: int) -> Change:
     )
 
 
-def plan(f: Facts, p: Params) -> Plan:
+def _nothing_to_limit(f: Facts) -> str | None:
+    """Why no latency limit can help here, or None."""
     if not f.cpuidle_present and not any(f.idle_states.values()):
-        return Plan(
-            ID,
-            notes=[
-                f"no cpuidle interface ({CPUIDLE_DIR} absent): C-states are off in the BIOS or the "
-                "kernel (cpuidle.off=1), so idle CPUs cannot go deep; nothing to limit"
-            ],
+        return (
+            f"no cpuidle interface ({CPUIDLE_DIR} absent): C-states are off in the BIOS or the "
+            "kernel (cpuidle.off=1), so idle CPUs cannot go deep; nothing to limit"
         )
     if f.idle_driver == "none":
-        return Plan(
-            ID,
-            notes=[
-                "cpuidle driver 'none': no idle states are registered (disabled in the BIOS, or no "
-                "driver for this CPU); nothing to limit"
-            ],
+        return (
+            "cpuidle driver 'none': no idle states are registered (disabled in the BIOS, or no "
+            "driver for this CPU); nothing to limit"
         )
     if not any(f.idle_states.values()):
-        return Plan(
-            ID,
-            notes=[f"no idle states readable under {CPU_DIR}/cpu*/cpuidle/state*: nothing to limit"],
-        )
-    deep_by_cpu, deepest = _deep_states(f, p.max_latency_us)
+        return f"no idle states readable under {CPU_DIR}/cpu*/cpuidle/state*: nothing to limit"
+    return None
+
+
+def plan(f: Facts, p: Params) -> Plan:
+    boot = system.parse_cmdline(f.cmdline or "")
+    poll = _poll_advice(f, boot)
+    held = [poll] if poll else []
+    why_not = _nothing_to_limit(f)
+    if why_not:
+        return Plan(ID, held, notes=[why_not])
+    limit = p.limit_us
+    deep_by_cpu, deepest = _deep_states(f, limit)
+    # The check's own judgement: states slower than its threshold are what it flags.
+    flagged = bool(_deep_states(f, cstates_check.Params().max_exit_latency_us)[0])
     if not deep_by_cpu:
         seen = f" (deepest enabled: {_label(deepest)})" if deepest else ""
-        return Plan(
-            ID,
-            notes=[f"no enabled idle state exits slower than {p.max_latency_us} us{seen}: nothing to limit"],
-        )
+        note = f"no enabled idle state exits slower than {limit} us{seen}: nothing to limit"
+        declined = {IDLE_FINDING: f"max_latency_us={limit}: {note}"} if flagged else {}
+        return Plan(ID, held, notes=[note], declined=declined)
     notes: list[str] = []
-    changes = [_latency_limit(deep_by_cpu, p.max_latency_us)]
-    advice = _boot_advice(f, system.parse_cmdline(f.cmdline or ""), notes)
-    if advice:
-        changes.append(advice)
-    return Plan(ID, changes, notes)
+    changes = [_latency_limit(deep_by_cpu, limit)]
+    if poll is None:
+        advice = _boot_advice(f, boot, notes)
+        if advice:
+            changes.append(advice)
+    judged = [_judged(c, flagged, p) for c in changes]
+    if poll is not None:
+        # One command-line change: replacing idle=poll with the C1 limit answers both findings.
+        answers = (BOOT_FINDING, IDLE_FINDING) if flagged else (BOOT_FINDING,)
+        judged.append(dataclasses.replace(poll, answers=answers))
+    return Plan(ID, judged, notes)
+
+
+def _judged(change: Change, flagged: bool, p: Params) -> Change:
+    """A limit the check asks for answers its idle-states finding; a tighter one, set explicitly
+    where the check flags nothing, was asked by the parameter, and says so."""
+    if flagged:
+        return dataclasses.replace(change, answers=(IDLE_FINDING,))
+    name = f"{ID}.max_latency_us"
+    threshold = cstates_check.Params().max_exit_latency_us
+    asked = asked_why(name, p.limit_us, cstates_check.ID, f"exit latencies up to {threshold} us")
+    return dataclasses.replace(change, asked=name, why=f"{asked}; {change.why}")
 
 
 TUNER = Tuner(

@@ -6,6 +6,11 @@ on each node keeps a rank pinned there on local memory; but a reserved page is m
 allocation can use. So nothing is reserved unless asked for (pages_per_node > 0), and a request
 larger than a sane share of a node's memory is refused.
 
+The `hugepages` check judges pools against what the job maps (its expected_pages), and flags free
+pages set aside that the job does not use; this tuner never picks a pool size by itself, so each
+change is asked for by `pages_per_node` and says so, and every pool finding is otherwise left to
+people, with why (the plan's `declined`).
+
 Run-time allocation can come up short: each page needs physically contiguous free memory, and the
 kernel stops at what it finds, which is why hugetlbpage.rst advises allocating early and checking
 the count actually allocated. `verify` reads the pools back and reports the shortfall, per node.
@@ -16,12 +21,14 @@ Sources: Documentation/admin-guide/mm/hugetlbpage.rst (nr_hugepages, per-node po
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from nodeagent.api.check import param
-from nodeagent.api.tune import Change, Plan, Scope, Tuner, runtime_write
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, finding_key, runtime_write
+from nodeagent.checks import hugepages as hugepages_check
 from nodeagent.checks.hugepages import size_kb
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
@@ -31,6 +38,9 @@ from nodeagent.facts.memory import HUGE_DIR, NODE_DIR
 from nodeagent.host import Host
 
 ID = "hugepages"
+# Every pool finding of the check: per size ("hugepages-2048kB") and per node ("...-nodes").
+POOL_FINDINGS = finding_key(hugepages_check.ID, "hugepages-*")
+ASKED = f"{ID}.pages_per_node"
 DOC = "https://docs.kernel.org/admin-guide/mm/hugetlbpage.html"
 DOC_PARAMS = "https://docs.kernel.org/admin-guide/kernel-parameters.html"
 
@@ -134,6 +144,15 @@ class _Target(NamedTuple):
 
 
 def plan(f: Facts, p: Params) -> Plan:
+    """The reservation `pages_per_node` asks for; without one, every pool finding of the check is
+    declined with the reason the plan gives."""
+    out = _plan(f, p)
+    if out.changes:
+        return out
+    return dataclasses.replace(out, declined={POOL_FINDINGS: out.notes[-1]} if out.notes else {})
+
+
+def _plan(f: Facts, p: Params) -> Plan:
     kb = size_kb(p.size)
     if kb is None:  # Params already refuses this; a plan never raises
         return Plan(ID, notes=[f"size {p.size!r} is not a page size: nothing planned"])
@@ -226,13 +245,16 @@ def _change(f: Facts, targets: list[_Target], p: Params, kb: int, size: str) -> 
         where = f"node{'s' if len(node_ids) > 1 else ''} {format_cpulist(node_ids)}"
     need = _mib(p.pages_per_node, kb)
     why = (
+        f"pages_per_node={p.pages_per_node} asked by the tuner parameter {ASKED}; the {hugepages_check.ID} "
+        "check expects no pool unless its expected_pages says the job maps huge pages. "
         f"{p.pages_per_node} x {size} = {need:.0f} MiB per node, local to the ranks pinned there; taken "
         "from ordinary memory; the kernel may give fewer when memory is fragmented (verify reports "
         f"it) ({DOC})"
     )
-    return runtime_write(
+    change = runtime_write(
         ID, f"{size} huge pages on {where}", why, {t.path: t.raw for t in targets}, str(p.pages_per_node)
     )
+    return dataclasses.replace(change, asked=ASKED)
 
 
 def _node(path: str) -> str:

@@ -19,7 +19,9 @@
   its hard limit (setrlimit(2), https://man7.org/linux/man-pages/man2/setrlimit.2.html): that is a
   PROCESS change `nodeagent exec` makes. Raising the hard limit is configuration of the login
   path (limits.conf, systemd LimitMEMLOCK=, docker --ulimit): neither a kernel command-line (BOOT)
-  nor a file nodeagent could write and restore (RUNTIME), so it is advice in the notes.
+  nor a file nodeagent could write and restore (RUNTIME), so it is advice in the notes. This is
+  what the `kernel` check's `memlock` finding flags, on any node (RDMA needs it without GPUs too),
+  so it is planned, or declined with why, whether or not the node has GPUs.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nodeagent.api.check import param
-from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count, finding_key
+from nodeagent.checks import kernel as kernel_check
 from nodeagent.facts import limits, ranks
 from nodeagent.facts.limits import UNLIMITED, Limit
 from nodeagent.facts.ranks import RankFacts
@@ -39,6 +42,7 @@ THREAD_MODE = "TF_GPU_THREAD_MODE"
 THREAD_COUNT = "TF_GPU_THREAD_COUNT"
 VARS = (HOST_MEM, THREAD_MODE, THREAD_COUNT)
 MEMLOCK = "Max locked memory"
+MEMLOCK_FINDING = finding_key(kernel_check.ID, "memlock")
 TF_DEFAULT_HOST_MEM_MB = 1 << 16  # gpu_process_state.cc: "64GB max by default"
 GPU_PROCESS_STATE = "https://github.com/tensorflow/tensorflow/blob/master/tensorflow/core/common_runtime/gpu/gpu_process_state.cc"
 GPU_DEVICE = (
@@ -146,18 +150,17 @@ def host_mem_limit_mb(f: Facts, p: Params, layout: ranks.RankLayout) -> tuple[in
 
 def plan(f: Facts, p: Params) -> Plan:
     check_thread_count(ID, "thread_count", p.thread_count, len(f.ranks.topology.cpus_online))
+    memlock_change, memlock_notes, declined = _memlock(f, p)
     if not f.ranks.gpus:
         smi = f.ranks.smi_missing or "no GPU listed"
-        return Plan(
-            ID,
-            notes=[
-                f"nothing planned: no GPU on this node (none in sysfs PCI; `nvidia-smi topo -m`: {smi}): "
-                "TF_GPU_* settings and pinned staging memory only matter to GPU jobs"
-            ],
+        why = (
+            f"no GPU on this node (none in sysfs PCI; `nvidia-smi topo -m`: {smi}): TF_GPU_* settings and "
+            "pinned staging memory only matter to GPU jobs"
         )
+        return _memlock_only(memlock_change, memlock_notes, declined, why)
     layout = ranks.build(f.ranks, p.ranks)
     if layout.error:
-        return Plan(ID, notes=[f"nothing planned: {layout.error}"])
+        return _memlock_only(memlock_change, memlock_notes, declined, layout.error)
     notes: list[str] = []
     changes = _host_mem(f, p, layout, notes)
     changes.append(
@@ -176,11 +179,22 @@ def plan(f: Facts, p: Params) -> Plan:
             f"threads per GPU in gpu_private mode: one for compute, one for copies ({GPU_DEVICE})",
         )
     )
-    memlock_change, memlock_notes = _memlock(f, p)
     changes += memlock_change
     notes += memlock_notes
     notes.append("set in each job's environment and limits by `nodeagent exec`")
-    return Plan(ID, changes, notes)
+    return Plan(ID, changes, notes, declined=declined)
+
+
+def _memlock_only(changes: list[Change], notes: list[str], declined: dict[str, str], why: str) -> Plan:
+    """No GPU settings (no GPU, or no layout): the memlock limit alone, which RDMA needs anyway."""
+    if not changes:
+        return Plan(ID, notes=[f"nothing planned: {why}", *notes], declined=declined)
+    return Plan(
+        ID,
+        changes,
+        [f"no GPU settings: {why}", *notes, "set in each job's limits by `nodeagent exec`"],
+        declined=declined,
+    )
 
 
 def _host_mem(f: Facts, p: Params, layout: ranks.RankLayout, notes: list[str]) -> list[Change]:
@@ -202,14 +216,16 @@ def _host_mem(f: Facts, p: Params, layout: ranks.RankLayout, notes: list[str]) -
     ]
 
 
-def _memlock(f: Facts, p: Params) -> tuple[list[Change], list[str]]:
+def _memlock(f: Facts, p: Params) -> tuple[list[Change], list[str], dict[str, str]]:
+    """The soft limit raised to the hard one where the kernel check flags it; the notes; and, where
+    the check flags it but nothing can be raised, why (declined)."""
     if not f.limits_readable:
-        return [], [f"memlock not judged: {limits.LIMITS_PATH} unreadable"]
+        return [], [f"memlock not judged: {limits.LIMITS_PATH} unreadable"], {}
     lim = f.memlock
     if lim is None:
-        return [], [f"memlock not judged: no '{MEMLOCK}' line in {limits.LIMITS_PATH}"]
+        return [], [f"memlock not judged: no '{MEMLOCK}' line in {limits.LIMITS_PATH}"], {}
     if lim.soft == UNLIMITED:
-        return [], ["memlock is unlimited: RDMA registration is not limited"]
+        return [], ["memlock is unlimited: RDMA registration is not limited"], {}
     seen = f"soft {_bytes(lim.soft)}, hard {_bytes(lim.hard)}"
     persistent = (
         "for a lasting fix set '* soft memlock unlimited' and '* hard memlock unlimited' in "
@@ -218,9 +234,11 @@ def _memlock(f: Facts, p: Params) -> tuple[list[Change], list[str]]:
         "service configuration, not a kernel command-line (boot) or a runtime setting nodeagent writes"
     )
     if lim.hard != UNLIMITED and lim.soft >= lim.hard:
-        return [], [f"memlock is limited ({seen}) and a process cannot raise it: {persistent}"]
+        why = f"memlock is limited ({seen}) and a process cannot raise it: {persistent}"
+        return [], [why], {MEMLOCK_FINDING: why}
     if not p.raise_memlock:
-        return [], [f"memlock is limited ({seen}); raise_memlock=false: left as it is; {persistent}"]
+        why = f"memlock is limited ({seen}); raise_memlock=false: left as it is; {persistent}"
+        return [], [why], {MEMLOCK_FINDING: why}
     after = "unlimited" if lim.hard == UNLIMITED else lim.hard
     change = Change(
         ID,
@@ -232,9 +250,10 @@ def _memlock(f: Facts, p: Params) -> tuple[list[Change], list[str]]:
         f"raise its soft limit to the hard one ({SETRLIMIT_DOC})",
         profile_key="launcher.memlock_soft",
         value=after,
+        answers=(MEMLOCK_FINDING,),
     )
     notes = [] if lim.hard == UNLIMITED else [f"memlock hard limit is {_bytes(lim.hard)}: {persistent}"]
-    return [change], notes
+    return [change], notes, {}
 
 
 TUNER = Tuner(

@@ -14,15 +14,23 @@ on one NUMA node, bound to the node's full affinity) divide its cores; a rank th
 pinned runs on every allowed CPU and divides those with every rank there. A CFS quota caps the sum.
 Per-rank values that differ go to the profile's "rank_env.<local_rank>.<VAR>"; uniform ones to
 "env.<VAR>".
+
+The sizes are ones the `threads` check accepts (pools within the CPUs a rank has), and each change
+names the threads findings it answers: the variable itself, the runtime defaults, the ranks' sum,
+and running processes' pools (which a job started by `nodeagent exec` gets from the profile).
+MKL_NUM_THREADS and OPENBLAS_NUM_THREADS, which the check also judges, are not set here: where
+they are set, the plan declines them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nodeagent.api.check import param
-from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, check_thread_count, finding_key
+from nodeagent.checks import threads as threads_check
 from nodeagent.core import parse
 from nodeagent.core.errors import UsageError
 from nodeagent.facts import limits, ranks
@@ -34,6 +42,12 @@ INTRA = "TF_NUM_INTRAOP_THREADS"
 INTER = "TF_NUM_INTEROP_THREADS"
 OMP = "OMP_NUM_THREADS"
 VARS = (INTRA, INTER, OMP)
+# The threads check's findings a pool variable set in the profile answers.
+ANSWERS = {
+    var: tuple(finding_key(threads_check.ID, subject) for subject in (var, "defaults", "ranks", "pid *"))
+    for var in VARS
+}
+UNSET_HERE = tuple(v for v in threads_check.POOL_VARS if v not in VARS)
 INTEL_DOC = (
     "https://www.intel.com/content/www/us/en/developer/articles/technical/"
     "maximize-tensorflow-performance-on-cpu-considerations-and-recommendations-for-inference.html"
@@ -71,10 +85,11 @@ class Params:
         f"--apply --verify` ({TF_DOC}).",
     )
     min_inter_op: int = param(
-        2,
+        threads_check.INTER_OP_FLOOR,
         "Floor for TF_NUM_INTEROP_THREADS: blocking ops (queue/iterator waits, collectives) hold an "
         "inter-op thread while they wait, so one thread serialises every other op behind them "
-        f"(inter_op_parallelism_threads in {CONFIG_PROTO}).",
+        f"(inter_op_parallelism_threads in {CONFIG_PROTO}); the threads check accepts this many on any "
+        "CPU count.",
     )
 
     def __post_init__(self) -> None:
@@ -89,11 +104,15 @@ class Facts:
     ranks: RankFacts
     environ: dict[str, str] | None  # of /proc/self/environ (only the variables set here); None: unreadable
     environ_path: str = limits.ENVIRON_PATH
+    others: dict[str, str] = field(default_factory=dict)  # pool variables set there that this tuner leaves
 
 
 def collect(host: Host) -> Facts:
     env = limits.collect_environ(host)
-    return Facts(ranks.collect(host), None if env is None else {k: v for k, v in env.items() if k in VARS})
+    if env is None:
+        return Facts(ranks.collect(host), None)
+    others = {k: v for k, v in env.items() if k in UNSET_HERE}
+    return Facts(ranks.collect(host), {k: v for k, v in env.items() if k in VARS}, others=others)
 
 
 @dataclass(frozen=True)
@@ -189,10 +208,9 @@ def plan(f: Facts, p: Params) -> Plan:
     check_thread_count(ID, "intra_op", p.intra_op, len(f.ranks.topology.cpus_online))
     check_thread_count(ID, "min_inter_op", p.min_inter_op, len(f.ranks.topology.cpus_online))
     sized, notes, error = threads(f, p)
-    if error:
-        return Plan(ID, notes=[f"nothing planned: {error}", *notes])
-    if not sized:
-        return Plan(ID, notes=["nothing planned: no rank has known CPUs", *notes])
+    if error or not sized:
+        nothing = f"nothing planned: {error or 'no rank has known CPUs'}"
+        return Plan(ID, notes=[nothing, *notes], declined={finding_key(threads_check.ID, "*"): nothing})
     values = {INTRA: {t.local_rank: t.intra for t in sized}, INTER: {t.local_rank: t.inter for t in sized}}
     values[OMP] = dict(values[INTRA])
     why = dict(WHY)
@@ -200,6 +218,13 @@ def plan(f: Facts, p: Params) -> Plan:
         forced = f"forced by {ID}.intra_op={p.intra_op} instead of one thread per physical core ({TF_DOC})"
         why[INTRA] = why[OMP] = forced
     changes = [c for var in VARS for c in _var_changes(var, _before(f, var), values[var], why[var])]
+    if p.intra_op > 0:  # the sizes the parameter forces, not the ones derived from the cores
+        changes = [
+            dataclasses.replace(c, asked=f"{ID}.intra_op")
+            if (c.profile_key or "").rsplit(".", 1)[-1] in (INTRA, OMP)
+            else c
+            for c in changes
+        ]
     notes += _group_notes(sized)
     notes.append(
         "set in each job's environment by `nodeagent exec` (TensorFlow reads them once, at start-up)"
@@ -210,7 +235,12 @@ def plan(f: Facts, p: Params) -> Plan:
             for t in sized
         ]
     }
-    return Plan(ID, changes, notes, details)
+    declined = {
+        finding_key(threads_check.ID, var): f"{var}={value} left as is: {ID} sets {', '.join(VARS)} only"
+        for var, value in f.others.items()
+    }
+    notes += declined.values()
+    return Plan(ID, changes, notes, details, declined=declined)
 
 
 def _var_changes(var: str, before: str, per_rank: dict[int, int], why: str) -> list[Change]:
@@ -218,7 +248,17 @@ def _var_changes(var: str, before: str, per_rank: dict[int, int], why: str) -> l
     if len(set(per_rank.values())) == 1:
         same = str(next(iter(per_rank.values())))
         return [
-            Change(ID, f"env {var}", before, same, Scope.PROCESS, why, profile_key=f"env.{var}", value=same)
+            Change(
+                ID,
+                f"env {var}",
+                before,
+                same,
+                Scope.PROCESS,
+                why,
+                profile_key=f"env.{var}",
+                value=same,
+                answers=ANSWERS[var],
+            )
         ]
     return [
         Change(
@@ -230,6 +270,7 @@ def _var_changes(var: str, before: str, per_rank: dict[int, int], why: str) -> l
             why,
             profile_key=f"rank_env.{r}.{var}",
             value=str(n),
+            answers=ANSWERS[var],
         )
         for r, n in sorted(per_rank.items())
     ]
