@@ -10,7 +10,10 @@ both values).
 What is flagged: a GPU whose nearest RDMA or high-speed NIC is across the inter-socket link (SYS),
 so its GPUDirect RDMA traffic, if any, crosses sockets ("the two devices must share the same
 upstream PCI Express root complex", https://docs.nvidia.com/cuda/gpudirect-rdma/index.html), and
-a GPU whose NUMA node the firmware does not report (-1), so its rank cannot be pinned near it.
+a GPU whose NUMA node is unknown, so its rank cannot be pinned near it. Where the firmware reports
+no node (numa_node -1 or absent) the GPU's local CPUs (local_cpulist, or the local_cpus mask) place
+it, by the same rule the numa-pinning tuner binds its rank with (facts.ranks.node_by_cpus), so the
+two never disagree about where a GPU is.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from dataclasses import dataclass, field
 from nodeagent.api.check import Area, Check, param
 from nodeagent.core.finding import Finding, Status
 from nodeagent.core.parse import format_cpulist
-from nodeagent.facts import cgroup, gpus, pci, pci_topology
+from nodeagent.facts import cgroup, gpus, pci, pci_topology, ranks, topology
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.pci import PCI_DIR
 from nodeagent.facts.pci_topology import LEVELS, PciTopology, rank
+from nodeagent.facts.reader import Reader
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix
 from nodeagent.host import Host
@@ -60,7 +64,10 @@ class Facts:
     numa_raw: dict[str, str | None]  # GPU PCI address -> raw numa_node (None: absent), GPUs without a node
     pci_devices: int
     cpus: CgroupCpus | None = None  # what limits the CPUs of a job started here
-    local_cpus: dict[str, list[int]] = field(default_factory=dict)  # GPU -> sysfs local_cpulist
+    # GPU -> its online local CPUs (sysfs local_cpulist, else the local_cpus mask), and the file read
+    local_cpus: dict[str, list[int]] = field(default_factory=dict)
+    local_files: dict[str, str] = field(default_factory=dict)
+    node_cpus: dict[int, list[int]] = field(default_factory=dict)  # NUMA node -> its CPUs (nodes with CPUs)
 
 
 def collect(host: Host) -> Facts:
@@ -72,11 +79,15 @@ def collect(host: Host) -> Facts:
         if g.numa_node is None
     }
     devices = pci.by_address(pci.collect(host))
+    nodes = topology.collect(host)
+    r = Reader(host)
+    online = set(nodes.cpus_online)
     local_cpus = {
         g.name: cpus
         for g in topo.gpus
-        if (d := devices.get(g.pci_address)) is not None and (cpus := d.local_cpus)
+        if (cpus := ranks.local_cpus(r, devices.get(g.pci_address), g.pci_address, online))
     }
+    local_files = {g.name: _local_file(devices.get(g.pci_address), g.pci_address) for g in topo.gpus}
     return Facts(
         topo=topo,
         smi=smi,
@@ -85,7 +96,14 @@ def collect(host: Host) -> Facts:
         pci_devices=len(host.listdir(PCI_DIR) or []),
         cpus=cgroup.collect(host),
         local_cpus=local_cpus,
+        local_files=local_files,
+        node_cpus={n.id: list(n.cpus) for n in nodes.numa_nodes if n.cpus},
     )
+
+
+def _local_file(dev: pci.PciDevice | None, address: str) -> str:
+    """The file a GPU's local CPUs were read from: local_cpulist, else the local_cpus mask."""
+    return f"{PCI_DIR}/{address}/{'local_cpulist' if dev is not None and dev.local_cpus else 'local_cpus'}"
 
 
 def _norm(cell: str | None) -> str | None:
@@ -100,6 +118,7 @@ class _View:
     nics: list[str]
     numa: dict[str, int | None]
     address: dict[str, str]
+    by_cpus: dict[str, int]  # GPUs whose node neither the firmware nor the driver gave: placed by local CPUs
 
     @staticmethod
     def build(f: Facts, p: Params) -> _View:
@@ -120,7 +139,23 @@ class _View:
                 if numa.get(g) is None:
                     numa[g] = f.smi.numa_affinity.get(g)
             data_nics += [n for n in f.smi.nics if n not in data_nics]
-        return _View(names, data_nics, numa, address)
+        by_cpus = {
+            g: node
+            for g in names
+            if numa.get(g) is None and (node := ranks.node_by_cpus(local_cpus(f, g), f.node_cpus)) is not None
+        }
+        numa.update(by_cpus)
+        return _View(names, data_nics, numa, address, by_cpus)
+
+
+def local_cpus(f: Facts, gpu: str) -> list[int] | None:
+    """A GPU's local CPUs: from sysfs, else the driver's CPU Affinity."""
+    return f.local_cpus.get(gpu) or (f.smi.cpu_affinity.get(gpu) if f.smi is not None else None)
+
+
+def gpu_nodes(f: Facts, p: Params) -> dict[str, int | None]:
+    """Each GPU's NUMA node as the check judges it (None: unknown)."""
+    return dict(_View.build(f, p).numa)
 
 
 def link(f: Facts, a: str, b: str) -> str | None:
@@ -237,10 +272,10 @@ def _far_from_nics(f: Facts, v: _View, g: str, best: str | None, names: list[str
 
 def _numa(f: Facts, v: _View) -> list[Finding]:
     unknown = [g for g in v.gpus if v.numa.get(g) is None]
-    if not unknown:
-        return []
     if f.topo.cpu_numa_nodes <= 1:
         return []  # one node: nothing to pin to, and -1 is what such firmware reports
+    if not unknown:
+        return [_placed_by_cpus(f, v)] if v.by_cpus else []
     ev: dict[str, str] = {}
     for g in unknown:
         addr = v.address.get(g)
@@ -266,35 +301,79 @@ def _numa(f: Facts, v: _View) -> list[Finding]:
     ]
 
 
-def _outside_cpuset(f: Facts, v: _View) -> list[Finding]:
-    """GPUs none of whose local CPUs this job may use: their ranks would run on the far node.
+def _placed_by_cpus(f: Facts, v: _View) -> Finding:
+    """GPUs the firmware gave no node whose local CPUs place them: their ranks can be pinned there."""
+    ev: dict[str, str] = {}
+    by_node: dict[int, list[str]] = {}
+    for g, node in v.by_cpus.items():
+        by_node.setdefault(node, []).append(g)
+        addr = v.address.get(g)
+        if addr:
+            raw = f.numa_raw.get(addr)
+            ev[f"{PCI_DIR}/{addr}/numa_node"] = "absent" if raw is None else raw or "(empty)"
+            ev[f"{f.local_files.get(g, f'{PCI_DIR}/{addr}/local_cpulist')} ({g})"] = format_cpulist(
+                f.local_cpus.get(g) or []
+            )
+        else:
+            ev[f"{SMI}: {g} CPU Affinity"] = format_cpulist(local_cpus(f, g) or [])
+    where = "; ".join(f"{', '.join(gs)} on node {n}" for n, gs in sorted(by_node.items()))
+    return Finding(
+        ID,
+        Status.OK,
+        f"NUMA node not reported for {', '.join(v.by_cpus)}; their local CPUs place them: {where}",
+        ev,
+        expected="numa_node >= 0, or local CPUs within one node",
+        subject="numa",
+    )
 
-    Two kinds of evidence: sysfs local_cpulist disjoint from the allowed CPUs (affinity, cgroup
+
+def _outside(f: Facts, v: _View) -> dict[str, tuple[str, str]]:
+    """GPUs none of whose local CPUs this job may use, each with its evidence (path, value seen).
+
+    Two kinds of evidence: sysfs local CPUs disjoint from the allowed CPUs (affinity, cgroup
     cpuset), or an empty CPU Affinity cell beside a known NUMA Affinity in `nvidia-smi topo -m`,
     which prints each GPU's local CPUs as far as the calling process may use them.
     """
     c = f.cpus
     limited = c is not None and (c.affinity is not None or c.cpuset is not None)
     allowed = set(c.allowed) if c is not None and limited and c.allowed is not None else None
-    ev: dict[str, str] = {}
-    outside = []
+    out: dict[str, tuple[str, str]] = {}
     for g in v.gpus:
         local = f.local_cpus.get(g)
         if local and allowed is not None and not set(local) & allowed:
-            outside.append(g)
-            ev[f"{PCI_DIR}/{v.address[g]}/local_cpulist ({g})"] = format_cpulist(local)
+            path = f.local_files.get(g, f"{PCI_DIR}/{v.address[g]}/local_cpulist")
+            out[g] = (f"{path} ({g})", format_cpulist(local))
         elif (
             f.smi is not None
             and g in f.smi.gpus
             and f.smi.cpu_affinity.get(g) is None
             and f.smi.numa_affinity.get(g) is not None
         ):
-            outside.append(g)
-            ev[f"{SMI}: {g}"] = f"CPU Affinity empty, NUMA Affinity {f.smi.numa_affinity[g]}"
+            out[g] = (f"{SMI}: {g}", f"CPU Affinity empty, NUMA Affinity {f.smi.numa_affinity[g]}")
+    return out
+
+
+def gpus_outside_cpuset(f: Facts, p: Params) -> list[str]:
+    """The GPUs whose ranks would run on the far NUMA node: none of their local CPUs is allowed."""
+    return list(_outside(f, _View.build(f, p)))
+
+
+def _outside_cpuset(f: Facts, v: _View) -> list[Finding]:
+    """GPUs none of whose local CPUs this job may use: their ranks would run on the far node."""
+    found = _outside(f, v)
+    outside = list(found)
+    ev = dict(found.values())
+    c = f.cpus
+    allowed = c.allowed if c is not None and (c.affinity is not None or c.cpuset is not None) else None
     if not outside:
         return []
     if c is not None and allowed is not None:
-        ev[c.cpuset_source or "/proc/self/status Cpus_allowed_list"] = format_cpulist(allowed)
+        # What the files hold, each under its own path (their intersection with the online CPUs
+        # is what the job gets).
+        if c.cpuset is not None and c.cpuset_source:
+            ev[c.cpuset_source] = format_cpulist(c.cpuset)
+        if c.affinity is not None:
+            ev["/proc/self/status Cpus_allowed_list"] = format_cpulist(c.affinity)
     return [
         Finding(
             ID,
@@ -477,6 +556,7 @@ CHECK = Check(
     collect=collect,
     evaluate=evaluate,
     params=Params,
-    paths=(*pci_topology.PATHS, *cgroup.PATHS),
+    # ranks.PATHS: the local_cpus masks and the NUMA nodes' CPUs that place a GPU the firmware did not.
+    paths=(*pci_topology.PATHS, *cgroup.PATHS, *ranks.PATHS),
     commands=pci_topology.COMMANDS,
 )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,16 @@ from nodeagent.facts.pci_topology import Endpoint, PciTopology
 from nodeagent.facts.topo_matrix import parse_topo
 from nodeagent.host import LocalHost, SnapshotHost
 from tests.fuzzing import FuzzHost, files_matching
-from tests.helpers import FIXTURE_TREES, GPU, NIC, fixture_host, make_tree, nvidia_smi_text, pci_tree
+from tests.helpers import (
+    FIXTURE_TREES,
+    GPU,
+    NIC,
+    SYSFS_FIXTURES,
+    fixture_host,
+    make_tree,
+    nvidia_smi_text,
+    pci_tree,
+)
 
 DEFAULT = topology.Params()
 A100_TEXT = "topo-m-dgx-a100.txt"
@@ -345,16 +355,54 @@ def test_recorded_trees_without_gpus_are_skipped() -> None:
     assert findings[0].evidence["/sys/bus/pci/devices"] == "137 device(s), none a GPU"
 
 
-def test_recorded_power9_gpus_without_pci_tree() -> None:
-    # nvidiagpunumanodes: six NVIDIA GPUs known from /proc/driver/nvidia, recorded without links or
-    # numa_node, on a machine with two CPU nodes (0 and 8).
-    found = _run(fixture_host("nvidiagpunumanodes"))
-    assert found["matrix"].summary.startswith("6 GPU(s) on NUMA node(s) ?")
-    assert found["tree"].status is Status.WARN
-    assert found["numa"].summary.startswith(
-        "NUMA node unknown for GPU0, GPU1, GPU2, GPU3, GPU4, GPU5 on a 2-node"
-    )
+def _hwloc_placement(name: str) -> tuple[dict[str, int], dict[int, set[int]]]:
+    """From hwloc's own reading of a tree (NAME.console): each PCI device's NUMA node (the NUMANode
+    of the package it is listed under) and each NUMA node's PUs."""
+    busids: dict[str, int] = {}
+    pus: dict[int, set[int]] = {}
+    node: int | None = None
+    for line in (SYSFS_FIXTURES / f"{name}.console").read_text().splitlines():
+        text = line.strip()
+        if text.startswith("Package "):
+            node = None
+        elif text.startswith("NUMANode ") and (m := re.search(r"\(P#(\d+)", text)):
+            node = int(m.group(1))
+            pus[node] = set()
+        elif node is not None and text.startswith("PU ") and (m := re.search(r"\(P#(\d+)\)", text)):
+            pus[node].add(int(m.group(1)))
+        elif node is not None and (m := re.search(r"busid=([0-9a-f:.]+)", text)):
+            busids[m.group(1)] = node
+    return busids, pus
+
+
+def test_recorded_power9_gpus_placed_by_their_local_cpus() -> None:
+    """nvidiagpunumanodes: six NVIDIA GPUs known from /proc/driver/nvidia, recorded without links or
+    numa_node but with each GPU's local_cpus mask, on a POWER9 with two CPU nodes (0 and 8). hwloc's
+    reading of the same tree places three GPUs under each package; the check places them alike
+    (where the numa-pinning tuner binds their ranks), and finds node 8's GPUs outside the recorded
+    job's cpuset (cpuset.effective_cpus of /jjh: 0-87)."""
+    host = fixture_host("nvidiagpunumanodes")
+    gpu_nodes, pus = _hwloc_placement("nvidiagpunumanodes")
+    assert sorted(set(gpu_nodes.values())) == [0, 8]
+    facts = topology.collect(host)
+    address = {g.name: g.pci_address for g in facts.topo.gpus}
+    assert {address[g]: n for g, n in topology.gpu_nodes(facts, DEFAULT).items()} == gpu_nodes
+
+    found = _run(host)
+    assert found["matrix"].summary.startswith("6 GPU(s) on NUMA node(s) 0,8")
+    assert found["numa"].status is Status.OK
+    assert "GPU0, GPU1, GPU2 on node 0; GPU3, GPU4, GPU5 on node 8" in found["numa"].summary
+    assert found["tree"].status is Status.WARN  # the recording keeps no links into /sys/devices
     assert found["gpu-nic"].status is Status.SKIPPED
+
+    low, high = (
+        int(x) for x in (host.read("/sys/fs/cgroup/cpuset/jjh/cpuset.effective_cpus") or "").split("-")
+    )
+    job = set(range(low, high + 1))
+    outside = sorted(g for g, a in address.items() if not pus[gpu_nodes[a]] & job)
+    assert outside == ["GPU3", "GPU4", "GPU5"]
+    assert found["cpuset"].status is Status.WARN
+    assert found["cpuset"].summary.startswith("GPU3, GPU4, GPU5: none of their NUMA-local CPUs")
 
 
 def test_this_machine() -> None:

@@ -139,7 +139,7 @@ def test_power9_gpu_memory_nodes_and_gpus_without_numa() -> None:
     assert [s.numa_node for s in lay.slots] == [0, 0, 0, None, None, None]
     assert [s.gpu_pci for s in lay.slots[:3]] == ["0004:05:00.0", "0004:06:00.0", "0006:00:00.0"]
     assert any(
-        "GPU3: NUMA node not reported (numa_node -1); node 8 taken from its local CPUs 88-103" in n
+        "GPU3: NUMA node not reported (numa_node -1 or absent); node 8 taken from its local CPUs 88-103" in n
         for n in lay.notes
     )
     # The recorder ran in cgroup cpuset /jjh = 0-87: node 8's CPUs are not ours, ranks 3-5 stay unpinned.
@@ -220,6 +220,28 @@ def test_gpu_with_no_locality_is_unpinned_unless_nvidia_smi_says(tmp_path: Path)
     filled = ranks.layout(_two_socket(tmp_path / "b", {"numa_node": "-1"}, {SMI_CMD: smi}))
     assert (filled.slots[1].numa_node, filled.slots[1].cpulist) == (1, "4-7")
     assert filled.source == f"{SOURCE_SYSFS} + {SOURCE_SMI}"
+
+
+def test_empty_cpu_affinity_in_nvidia_smi_leaves_the_rank_unbound(tmp_path: Path) -> None:
+    """nvidia-smi prints a GPU's local CPUs as far as the caller may use them: an empty CPU Affinity
+    beside NUMA Affinity 1 says the job has none of node 1's CPUs (a Slurm job given socket 0), as
+    a cgroup cpuset without them would, so the rank binds neither CPUs nor memory there, even where
+    sysfs knows node 1's CPUs."""
+    smi = "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tSYS\t0-3\t0\nGPU1\tSYS\t X \t\t1\n"
+    nodes = {
+        "/sys/devices/system/cpu/online": "0-7\n",
+        "/sys/devices/system/node/node0/cpulist": "0-3\n",
+        "/sys/devices/system/node/node1/cpulist": "4-7\n",
+    }
+    for files in ({}, nodes):
+        root = tmp_path / str(len(files))
+        root.mkdir()
+        lay = ranks.layout(make_tree(root, files, commands={SMI_CMD: smi}))
+        assert [(s.gpu, s.numa_node, s.cpulist, s.mems) for s in lay.slots] == [
+            ("GPU0", 0, "0-3", [0]),
+            ("GPU1", None, "", []),
+        ]
+        assert any("rank 1 (GPU1): `nvidia-smi topo -m` prints no CPU Affinity" in n for n in lay.notes)
 
 
 def test_cgroup_cpuset_trims_and_empties_nodes(tmp_path: Path) -> None:

@@ -11,15 +11,22 @@ nodeagent.facts.ranks; this tuner writes it into the profile ("ranks"), and `nod
 --local-rank N` applies rank N's entry with numactl --physcpubind/--membind (numactl(8),
 https://man7.org/linux/man-pages/man8/numactl.8.html), or sched_setaffinity(2) and set_mempolicy(2)
 where numactl is absent.
+
+The `topology` check reports where each GPU sits; the binding puts each GPU's rank on exactly that
+NUMA node (one rule, facts.ranks.node_by_cpus, where the firmware gives none), and leaves unpinned
+a GPU the check finds outside the job's CPU set. The binding answers the `threads` check's
+`pinning` finding (running ranks sharing CPUs): a job started by `nodeagent exec` runs bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from nodeagent.api.check import param
-from nodeagent.api.tune import Change, Plan, Scope, Tuner
+from nodeagent.api.tune import Change, Plan, Scope, Tuner, finding_key
+from nodeagent.checks import threads as threads_check
 from nodeagent.core import parse
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import RankFacts, RankLayout, RankSlot
@@ -32,6 +39,7 @@ NCCL_AFFINITY_DOC = (
     "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ignore-cpu-affinity"
 )
 NUMACTL_DOC = "https://man7.org/linux/man-pages/man8/numactl.8.html"
+PINNING_FINDING = finding_key(threads_check.ID, "pinning")
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,13 @@ def _changes_nothing(f: RankFacts, lay: RankLayout, entries: list[dict[str, Any]
 
 
 def plan(f: RankFacts, p: Params) -> Plan:
+    out = _plan(f, p)
+    if out.changes:
+        return out
+    return dataclasses.replace(out, declined={PINNING_FINDING: out.notes[0]})
+
+
+def _plan(f: RankFacts, p: Params) -> Plan:
     lay = ranks.build(f, p.ranks, split_shared_nodes=p.split_shared_nodes, cpu_only=p.cpu_only)
     notes = list(lay.notes)
     if lay.error:
@@ -173,6 +188,7 @@ def _binding(f: RankFacts, lay: RankLayout, entries: list[dict[str, Any]]) -> Ch
         why,
         profile_key=PROFILE_KEY,
         value=entries,
+        answers=(PINNING_FINDING,),
     )
 
 

@@ -75,6 +75,9 @@ class GpuPlace:
     nics: list[str] = field(default_factory=list)  # nearest RDMA/fast NICs (all ties), none past SYS
     nic_level: str | None = None  # PIX, PXB, PHB, NODE (nvidia-smi levels) of those NICs
     source: str = SOURCE_SYSFS
+    # nvidia-smi topo -m printed no CPU Affinity beside a NUMA Affinity: it prints a GPU's local CPUs
+    # as far as the calling process may use them, so this process may use none of them.
+    cpus_withheld: bool = False
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,7 @@ def _collect(host: Host) -> RankFacts:
                     nics=nics,
                     nic_level=level,
                     source=SOURCE_SMI,
+                    cpus_withheld=_withheld(smi, name),
                 )
             )
     return RankFacts(topology=topo, cpus=cpus, gpus=places, smi_missing=smi_missing, notes=notes)
@@ -208,13 +212,7 @@ def _sysfs_places(host: Host, topo: Topology, smi: TopoMatrix | None, notes: lis
     data_nics = _data_nics(t)
     places = []
     for e in _training_gpus(t.gpus):
-        dev = devices.get(e.pci_address)
-        local = dev.local_cpus if dev is not None and dev.local_cpus else None
-        if local is None:
-            local = r.cpumask(f"{pci.PCI_DIR}/{e.pci_address}/local_cpus")
-        if local is not None and online:
-            # The mask covers possible CPUs; only online ones can be bound.
-            local = [c for c in local if c in online] or None
+        local = local_cpus(r, devices.get(e.pci_address), e.pci_address, online)
         numa, source = e.numa_node, SOURCE_SYSFS
         level, nics = t.nearest(e.name, data_nics)
         if level is None or rank(level) >= LINK_RANK["SYS"]:
@@ -229,9 +227,26 @@ def _sysfs_places(host: Host, topo: Topology, smi: TopoMatrix | None, notes: lis
                 nics, level = _smi_nics(smi, e.name)
                 if nics:
                     source = f"{SOURCE_SYSFS} + {SOURCE_SMI}"
-        places.append(GpuPlace(e.name, e.pci_address, numa, local, nics, level, source))
+        withheld = local is None and smi is not None and _withheld(smi, e.name)
+        places.append(GpuPlace(e.name, e.pci_address, numa, local, nics, level, source, withheld))
     notes += r.problems  # a corrupt local_cpus mask: the GPU's locality is then unknown, and said so
     return places
+
+
+def _withheld(smi: TopoMatrix, gpu: str) -> bool:
+    return gpu in smi.gpus and smi.cpu_affinity.get(gpu) is None and smi.numa_affinity.get(gpu) is not None
+
+
+def local_cpus(r: Reader, dev: pci.PciDevice | None, address: str, online: set[int]) -> list[int] | None:
+    """A PCI device's local CPUs: local_cpulist, else the local_cpus mask (some platforms and
+    recordings have only the mask), the online ones only (the mask covers possible CPUs; only
+    online ones can be bound). None when neither is there."""
+    local = dev.local_cpus if dev is not None and dev.local_cpus else None
+    if local is None:
+        local = r.cpumask(f"{pci.PCI_DIR}/{address}/local_cpus")
+    if local is not None and online:
+        local = [c for c in local if c in online] or None
+    return local
 
 
 # -- the layout (pure) ---------------------------------------------------------------------------
@@ -250,19 +265,31 @@ def _allowed_text(f: RankFacts) -> str:
     return f"the allowed CPUs {_cpus_text(f.allowed or [])}"
 
 
+def node_by_cpus(local: list[int] | None, node_cpus: dict[int, list[int]]) -> int | None:
+    """The NUMA node a device's local CPUs place it on, where the firmware gave it none (numa_node
+    -1 or absent): the node whose CPUs are exactly these, else the one node holding them all. None
+    when no single node matches. The topology check and the rank layout both place GPUs by it, so
+    that they never disagree about where a GPU is."""
+    if not local:
+        return None
+    cpus = set(local)
+    exact = [n for n, node in node_cpus.items() if set(node) == cpus]
+    within = [n for n, node in node_cpus.items() if cpus <= set(node)]
+    match = exact or within
+    return match[0] if len(match) == 1 else None
+
+
 def _node_of(g: GpuPlace, node_cpus: dict[int, list[int]]) -> tuple[int | None, str | None]:
     """The GPU's NUMA node and, when it had to be inferred or stays unknown, why."""
     if g.numa_node is not None:
         return g.numa_node, None
     if g.local_cpus:
         local = set(g.local_cpus)
-        exact = [n for n, cpus in node_cpus.items() if set(cpus) == local]
-        within = [n for n, cpus in node_cpus.items() if local <= set(cpus)]
-        match = exact or within
-        if len(match) == 1:
-            return match[0], (
-                f"{g.name}: NUMA node not reported (numa_node -1); node {match[0]} taken from its local "
-                f"CPUs {_cpus_text(local)}"
+        node = node_by_cpus(g.local_cpus, node_cpus)
+        if node is not None:
+            return node, (
+                f"{g.name}: NUMA node not reported (numa_node -1 or absent); node {node} taken from its "
+                f"local CPUs {_cpus_text(local)}"
             )
         return None, (
             f"{g.name}: NUMA node not reported and its local CPUs {_cpus_text(local)} match no single "
@@ -346,10 +373,20 @@ def _gpu_drafts(
     """One rank per GPU (the first `ranks` of them when fewer are asked for)."""
     drafts = []
     chosen = places[:ranks] if 0 < ranks <= len(places) else places
-    for g in chosen:
+    for i, g in enumerate(chosen):
         node, why = _node_of(g, node_cpus)
         if why:
             notes.append(why)
+        if g.cpus_withheld:
+            # The same judgement as a cpuset without the node's CPUs (_keep_allowed_cpus), and the
+            # topology check's `cpuset` finding.
+            notes.append(
+                f"rank {i} ({g.name}): `nvidia-smi topo -m` prints no CPU Affinity beside NUMA Affinity "
+                f"{node}: none of its local CPUs is this job's: not pinned, and no memory binding there "
+                "either (a cpuset without a node's CPUs rarely allows its memory)"
+            )
+            drafts.append(_Draft(g, [], []))
+            continue
         # The node's CPUs when the topology knows them (what --membind pairs with), else the
         # GPU's own local CPUs (sysfs local_cpulist or nvidia-smi's CPU Affinity).
         base = node_cpus[node] if node is not None and node in node_cpus else list(g.local_cpus or [])
