@@ -576,12 +576,26 @@ def test_mpirun_gates_every_node_then_binds_nothing_itself(node: Node) -> None:
     assert ranks[:2] == ["-np", "16"]
     assert ranks[ranks.index("--bind-to") + 1] == "none"
     exported = [ranks[i + 1] for i, a in enumerate(ranks) if a == "-x"]
-    assert {"NODEAGENT_PROFILE", "CUDA_VISIBLE_DEVICES"} <= set(exported)
-    assert ranks[-7:] == ["nodeagent", "exec", "--profile", "default", "--", "python", "train.py"]
+    assert "CUDA_VISIBLE_DEVICES" in exported
+    # No profile named: the default one, which a node never tuned may lack (the job then runs as is).
+    assert ranks[-5:] == ["nodeagent", "exec", "--", "python", "train.py"]
 
 
-def test_horovodrun_passes_gloos_local_rank(node: Node) -> None:
-    proc = node.run("launch-horovodrun.sh", "train.py", "--lr", "0.1", NP="4", HOSTS="localhost:2,gpu2:2")
+def test_mpirun_passes_a_named_profile_to_every_rank(node: Node) -> None:
+    proc = node.run("launch-mpirun.sh", "train.py", NP="2", NODEAGENT_PROFILE="tuned")
+    assert proc.returncode == 0, proc.stderr
+    _, ranks = node.calls("mpirun")
+    assert "NODEAGENT_PROFILE" in [ranks[i + 1] for i, a in enumerate(ranks) if a == "-x"]
+    assert ranks[-7:] == ["nodeagent", "exec", "--profile", "tuned", "--", "python", "train.py"]
+
+
+@pytest.mark.parametrize(
+    ("named", "profile"), [({}, []), ({"NODEAGENT_PROFILE": "tuned"}, ["--profile", "tuned"])]
+)
+def test_horovodrun_passes_gloos_local_rank(node: Node, named: dict[str, str], profile: list[str]) -> None:
+    proc = node.run(
+        "launch-horovodrun.sh", "train.py", "--lr", "0.1", NP="4", HOSTS="localhost:2,gpu2:2", **named
+    )
     assert proc.returncode == 0, proc.stderr
     gate = ["preflight", "--playbook", "gpu-training"]
     assert node.calls("ssh") == [["-o", "BatchMode=yes", "gpu2", "nodeagent", *gate]]
@@ -589,7 +603,7 @@ def test_horovodrun_passes_gloos_local_rank(node: Node) -> None:
     assert local_gate == gate
     # The fake horovodrun ran one slot's command with HOROVOD_LOCAL_RANK=3, as Gloo sets it.
     job = ["python", "train.py", "--lr", "0.1"]
-    assert rank == ["exec", "--profile", "default", "--local-rank", "3", "--", *job]
+    assert rank == ["exec", *profile, "--local-rank", "3", "--", *job]
 
 
 @pytest.mark.parametrize(
@@ -656,3 +670,37 @@ def test_a_node_without_a_profile_runs_the_job_unchanged(
     assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
         f"{warning}: running the job unchanged; create one with `nodeagent tune --apply --profile default`"
     ]
+
+
+@pytest.mark.parametrize(
+    ("script", "env"),
+    [
+        ("launch-torchrun.sh", {}),
+        ("launch-mpirun.sh", {"NP": "2"}),
+        ("launch-horovodrun.sh", {"NP": "2"}),
+    ],
+)
+def test_a_named_profile_missing_on_a_node_starts_no_rank(
+    node: Node, tmp_path: Path, script: str, env: dict[str, str]
+) -> None:
+    """NODEAGENT_PROFILE names a profile this node does not have (a typo, a node left out of the
+    tuning): the real `nodeagent exec` refuses the rank rather than run it unpinned."""
+    real = Path(sys.executable).with_name("nodeagent")
+    train = tmp_path / "train.py"
+    train.write_text(TRAIN)
+    marker = tmp_path / "ran.json"
+    state = tmp_path / "state"
+    proc = node.run(
+        script,
+        str(train),
+        PATH=f"{node.bin}:{real.parent}:/usr/bin:/bin",
+        REAL_NODEAGENT=str(real),
+        FAKE_RUN_RANK="1",
+        NODEAGENT_STATE_DIR=str(state),
+        NODEAGENT_PROFILE="fsat",
+        RAN_MARKER=str(marker),
+        **env,
+    )
+    assert proc.returncode == 64, proc.stdout + proc.stderr
+    assert not marker.exists()
+    assert f"nodeagent: error: no profile 'fsat' in {state / 'profiles'} (there: none)" in proc.stderr

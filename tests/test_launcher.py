@@ -203,16 +203,17 @@ def test_a_profile_without_ranks_binds_nothing(state: Path, child: Path) -> None
     assert got["env"]["A"] == "1"
 
 
-# -- no profile: the job runs unchanged ------------------------------------------------------------
+# -- no profile: the job runs unchanged, unless one was named ------------------------------------
 
 
 def test_without_a_profile_the_job_runs_unchanged_after_one_warning(state: Path, child: Path) -> None:
     """A node where nobody ran `tune --apply`: the launchers start every rank through `nodeagent
-    exec`, so the job must run as it would without nodeagent, with its own PID and exit code."""
-    path = state / "profiles" / "nosuch.json"
+    exec` (without --profile unless NODEAGENT_PROFILE names one), so the job must run as it would
+    without nodeagent, with its own PID and exit code."""
+    path = state / "profiles" / "default.json"
     env = _env(state, False, state.parent, {"CHILD_EXIT": "7", "LOCAL_RANK": "not-a-number"})
     proc = subprocess.Popen(
-        [*EXE, "--profile", "nosuch", "--", sys.executable, str(child)],
+        [*EXE, "--", sys.executable, str(child)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -228,10 +229,10 @@ def test_without_a_profile_the_job_runs_unchanged_after_one_warning(state: Path,
         k: v for k, v in env.items() if k != "LC_CTYPE"
     }
     assert err.splitlines() == [
-        f"nodeagent exec: warning: no profile nosuch at {path}: running the job unchanged; create one "
-        "with `nodeagent tune --apply --profile nosuch`"
+        f"nodeagent exec: warning: no profile default at {path}: running the job unchanged; create one "
+        "with `nodeagent tune --apply --profile default`"
     ]
-    plan = dry_run(state, ["--profile", "nosuch", "--", sys.executable, "-c", "pass"])
+    plan = dry_run(state, ["--", sys.executable, "-c", "pass"])
     assert plan["argv"] == [sys.executable, "-c", "pass"] and plan["env"] == {"set": {}, "unset": []}
     assert plan["affinity"] is None and plan["tf_data"] is None
     assert plan["rank_source"] == "none (no profile)"
@@ -239,9 +240,35 @@ def test_without_a_profile_the_job_runs_unchanged_after_one_warning(state: Path,
 
 
 def test_without_a_profile_a_missing_command_is_still_127(state: Path) -> None:
-    proc = run_exec(state, ["--profile", "nosuch", "--", "no-such-command-here"])
+    proc = run_exec(state, ["--", "no-such-command-here"])
     assert proc.returncode == 127
-    assert "no profile nosuch" in proc.stderr and "no-such-command-here: command not found" in proc.stderr
+    assert "no profile default" in proc.stderr and "no-such-command-here: command not found" in proc.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--dry-run"], ["--measure"]], ids=["exec", "dry-run", "measure"])
+def test_a_profile_named_explicitly_must_exist(state: Path, tmp_path: Path, mode: list[str]) -> None:
+    """`--profile typo`: the job is not started (a pinned run was asked for, not an unpinned one),
+    and the one line names the profile, the folder and the profiles that are there."""
+    write_profile(state, {}, "fast")
+    write_profile(state, {}, "default")
+    marker = tmp_path / "started"
+    job = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    proc = run_exec(state, [*mode, "--profile", "typo", "--", *job])
+    line = _one_line_error(proc)
+    assert line == (
+        f"nodeagent: error: no profile 'typo' in {state / 'profiles'} (there: default, fast); name "
+        "one of those, or create it with `nodeagent tune --apply --profile typo`"
+    )
+    assert not marker.exists()
+
+
+def test_a_profile_named_explicitly_in_an_empty_state_folder(tmp_path: Path) -> None:
+    state = tmp_path / "never-tuned"
+    marker = tmp_path / "started"
+    job = [sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    line = _one_line_error(run_exec(state, ["--profile", "default", "--", *job]))
+    assert f"no profile 'default' in {state / 'profiles'} (there: none)" in line
+    assert not marker.exists()
 
 
 def test_a_corrupt_profile_is_still_an_error_not_a_silent_unpinned_run(state: Path, child: Path) -> None:

@@ -73,6 +73,7 @@ BLOCKS = {  # the block limit: (built-in, command) x quick
 PRECISION_PCT = 1.0  # otherwise: stop when the ratio is known within +-1%
 WORKER_TIMEOUT_S = 300.0
 A_PROFILE = "nodeagent-verify-a-{pid}"
+B_PROFILE = "nodeagent-verify-b-{pid}"
 _META = ("name", "host", "updated")
 
 
@@ -161,10 +162,32 @@ def workload(job: Job, a_profile: str, b_profile: str) -> ab.Workload:
 def side_a_profile(text: str | None, base: Path | None = None) -> Iterator[str]:
     """A's profile for the trials: `text` (the profile before the change), or an empty one; removed
     afterwards. A file of its own, so B's profile is never touched by the trials."""
+    with _trial_profile(A_PROFILE, text, base) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def side_b_profile(name: str, base: Path | None = None) -> Iterator[str]:
+    """B's profile for the trials: `name` when its file is there. A profile of runtime values alone
+    (`tune --apply --only thp` writes journals, no file) has none, and `nodeagent exec --profile`
+    refuses a named profile that is not there: B then runs through an empty one of its own,
+    removed afterwards, as exec without a profile would run it."""
+    from nodeagent.tuning import profile
+
+    if profile.profile_path(name, base).exists():
+        yield name
+        return
+    with _trial_profile(B_PROFILE, None, base) as empty:
+        yield empty
+
+
+@contextlib.contextmanager
+def _trial_profile(pattern: str, text: str | None, base: Path | None) -> Iterator[str]:
+    """A profile file for the trials only, holding `text` (or nothing); removed afterwards."""
     from nodeagent.tuning import profile
     from nodeagent.tuning.state import write_atomic
 
-    name = A_PROFILE.format(pid=os.getpid())
+    name = pattern.format(pid=os.getpid())
     path = profile.profile_path(name, base)
     try:
         with interrupt.critical():  # an interrupt waits for the write, then `finally` removes it
@@ -193,11 +216,9 @@ def trials(
     from nodeagent.tuning import toggle
 
     switch = toggle.RuntimeSwitch(_live(journals))
-    with side_a_profile(a_text) as a_name:
+    with side_a_profile(a_text) as a_name, side_b_profile(b_profile) as b_name:
         try:
-            return ab.run_trials(
-                workload(job, a_name, b_profile), job.limits(), switch.to, on_trial, on_block
-            )
+            return ab.run_trials(workload(job, a_name, b_name), job.limits(), switch.to, on_trial, on_block)
         finally:
             switch.to(ab.B)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.core import ParameterSource
 
 from nodeagent import __version__
 from nodeagent.cli.fleet import fleet as fleet_command
@@ -699,8 +700,9 @@ def bench(
     "profile_name",
     default="default",
     show_default=True,
-    help="Profile whose process settings apply (see `nodeagent tune --apply`); without it the job "
-    "runs unchanged, after a warning.",
+    help="Profile whose process settings apply (see `nodeagent tune --apply`), from "
+    "<state>/profiles/NAME.json. A profile named here must exist (exit 64); without --profile and "
+    "without the default profile the job runs unchanged, after a warning.",
 )
 @click.option(
     "--local-rank",
@@ -742,17 +744,19 @@ def exec_(
     """
     from nodeagent.tuning import launcher
 
+    # A name the user gave must exist; only the default may be missing (a node never tuned).
+    named = click.get_current_context().get_parameter_source("profile_name") is not ParameterSource.DEFAULT
     if every is not None and not measure:
         raise UsageError("--every sets how often --measure reports: add --measure, or drop --every")
     if measure and dry_run:
         raise UsageError("--dry-run runs nothing, so there is nothing to --measure: drop one of them")
     if not measure:
-        sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run))
+        sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run, named=named))
 
     from nodeagent.bench import measure as measuring
     from nodeagent.render import measure as measure_text
 
-    launch, machine = launcher.plan(profile_name, local_rank, list(command))
+    launch, machine = launcher.plan(profile_name, local_rank, list(command), named=named)
     env = launcher.enter(launch, machine)
     outcome = measuring.run_measured(launch.argv, every, env, len(launch.cpus) if launch.cpus else None)
     for line in measure_text.lines(outcome):

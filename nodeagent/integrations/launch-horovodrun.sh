@@ -18,7 +18,8 @@
 # Settings (environment):
 #   NP                  number of ranks                       (required)
 #   HOSTS               host:slots,...  (horovodrun -H)       (localhost:$NP)
-#   NODEAGENT_PROFILE   profile the ranks run with            (default)
+#   NODEAGENT_PROFILE   profile the ranks run with            (unset: the default profile, and a
+#                       node without it runs them unchanged; a profile named here must exist)
 #   NODEAGENT_PLAYBOOK  playbook of the preflight             (gpu-training)
 #   NODEAGENT_PREFLIGHT 1; 0 leaves the preflight out (the Slurm prolog already gates every job)
 set -euo pipefail
@@ -29,7 +30,6 @@ if [[ $# -lt 1 || -z ${NP:-} ]]; then
 fi
 
 HOSTS=${HOSTS:-localhost:$NP}
-PROFILE=${NODEAGENT_PROFILE:-default}
 PLAYBOOK=${NODEAGENT_PLAYBOOK:-gpu-training}
 
 if [[ ${NODEAGENT_PREFLIGHT:-1} != 0 ]]; then
@@ -48,13 +48,19 @@ if [[ ${NODEAGENT_PREFLIGHT:-1} != 0 ]]; then
     done
 fi
 
-# $1 of the inner shell is the profile; the job's command line follows it untouched.
+# $1 of the inner shell is the profile, empty when none was named; the job's command line follows it
+# untouched. --profile only when a profile was named: nodeagent exec refuses a named profile that is
+# not there, and runs the job unchanged where the default one is missing (a node never tuned).
 # shellcheck disable=SC2016  # expanded by the inner shell, on each rank
-rank_shell='profile=$1; shift
-if [[ -n ${HOROVOD_LOCAL_RANK:-} ]]; then
-    exec nodeagent exec --profile "$profile" --local-rank "$HOROVOD_LOCAL_RANK" -- "$@"
+rank_shell='profile=()
+if [[ -n $1 ]]; then
+    profile=(--profile "$1")
 fi
-exec nodeagent exec --profile "$profile" -- "$@"'
+shift
+if [[ -n ${HOROVOD_LOCAL_RANK:-} ]]; then
+    exec nodeagent exec "${profile[@]}" --local-rank "$HOROVOD_LOCAL_RANK" -- "$@"
+fi
+exec nodeagent exec "${profile[@]}" -- "$@"'
 
 exec horovodrun -np "$NP" -H "$HOSTS" \
-    bash -c "$rank_shell" nodeagent-rank "$PROFILE" python "$@"
+    bash -c "$rank_shell" nodeagent-rank "${NODEAGENT_PROFILE:-}" python "$@"

@@ -10,7 +10,7 @@
 # 1. `nodeagent preflight` once on every node: mpirun with one process per node (--map-by
 #    ppr:1:node). mpirun exits non-zero when a process does (mpirun(1), EXIT STATUS), so one unfit
 #    node stops the launch before any rank starts.
-# 2. The ranks: `mpirun ... nodeagent exec --profile NAME -- python train.py ARGS`.
+# 2. The ranks: `mpirun ... nodeagent exec [--profile NAME] -- python train.py ARGS`.
 #    - Open MPI sets OMPI_COMM_WORLD_LOCAL_RANK in every rank, which nodeagent exec reads for the
 #      rank's place on its node (nodeagent/tuning/launcher.py, RANK_VARS).
 #    - --bind-to none: mpirun binds ranks by itself by default (to cores or packages, mpirun(1)
@@ -22,7 +22,8 @@
 # Settings (environment):
 #   NP                  number of ranks                   (required outside an allocation)
 #   HOSTFILE            hosts and slots (mpirun --hostfile)
-#   NODEAGENT_PROFILE   profile the ranks run with         (default)
+#   NODEAGENT_PROFILE   profile the ranks run with         (unset: the default profile, and a node
+#                       without it runs them unchanged; a profile named here must exist)
 #   NODEAGENT_PLAYBOOK  playbook of the preflight          (gpu-training)
 #   NODEAGENT_PREFLIGHT 1; 0 leaves the preflight out (the Slurm prolog already gates every job)
 set -euo pipefail
@@ -32,7 +33,12 @@ if [[ $# -lt 1 ]]; then
     exit 64
 fi
 
-export NODEAGENT_PROFILE=${NODEAGENT_PROFILE:-default}
+# --profile only when a profile was named: nodeagent exec refuses a named profile that is not
+# there, and runs the job unchanged where the default one is missing (a node never tuned).
+profile=()
+if [[ -n ${NODEAGENT_PROFILE:-} ]]; then
+    profile=(--profile "$NODEAGENT_PROFILE")
+fi
 PLAYBOOK=${NODEAGENT_PLAYBOOK:-gpu-training}
 
 hosts=()
@@ -52,8 +58,8 @@ if [[ ${NODEAGENT_PREFLIGHT:-1} != 0 ]]; then
 fi
 
 # The variables exported to every rank, when this shell has them.
-exports=(-x NODEAGENT_PROFILE)
-for name in PATH LD_LIBRARY_PATH PYTHONPATH CUDA_VISIBLE_DEVICES NCCL_DEBUG NCCL_SOCKET_IFNAME NCCL_IB_HCA; do
+exports=()
+for name in NODEAGENT_PROFILE PATH LD_LIBRARY_PATH PYTHONPATH CUDA_VISIBLE_DEVICES NCCL_DEBUG NCCL_SOCKET_IFNAME NCCL_IB_HCA; do
     if [[ -n ${!name:-} ]]; then
         exports+=(-x "$name")
     fi
@@ -62,4 +68,4 @@ done
 exec mpirun "${hosts[@]}" "${ranks[@]}" \
     --bind-to none \
     "${exports[@]}" \
-    nodeagent exec --profile "$NODEAGENT_PROFILE" -- python "$@"
+    nodeagent exec "${profile[@]}" -- python "$@"

@@ -12,7 +12,7 @@
 #    (slurm-prolog.sh) already gates every job.
 # 2. `torchrun --no-python`: torchrun executes the command as given instead of `python COMMAND`
 #    (torchrun --help: "Skip prepending the training script with 'python' - just execute it
-#    directly"), so every worker is `nodeagent exec --profile NAME -- python train.py ARGS`.
+#    directly"), so every worker is `nodeagent exec [--profile NAME] -- python train.py ARGS`.
 #    torchrun sets LOCAL_RANK for each worker, the first variable nodeagent exec reads for the rank
 #    (nodeagent/tuning/launcher.py, RANK_VARS), and nodeagent execs the job, so the worker's PID, signals
 #    and exit code are the job's own, as torchrun's monitoring expects.
@@ -22,7 +22,8 @@
 #   NPROC_PER_NODE      workers per node               ($SLURM_GPUS_ON_NODE, else "gpu": one per GPU)
 #   RDZV_ENDPOINT       host:port of the rendezvous    (the job's first node:29500, else localhost:29500)
 #   RDZV_ID             the job's id                   ($SLURM_JOB_ID, else nodeagent)
-#   NODEAGENT_PROFILE   profile the workers run with   (default)
+#   NODEAGENT_PROFILE   profile the workers run with   (unset: the default profile, and a node
+#                       without it runs them unchanged; a profile named here must exist)
 #   NODEAGENT_PLAYBOOK  playbook of the preflight      (gpu-training)
 #   NODEAGENT_PREFLIGHT 1; 0 leaves the preflight out
 set -euo pipefail
@@ -34,7 +35,12 @@ fi
 
 NNODES=${NNODES:-${SLURM_NNODES:-1}}
 NPROC_PER_NODE=${NPROC_PER_NODE:-${SLURM_GPUS_ON_NODE:-gpu}}
-PROFILE=${NODEAGENT_PROFILE:-default}
+# --profile only when a profile was named: nodeagent exec refuses a named profile that is not
+# there, and runs the job unchanged where the default one is missing (a node never tuned).
+profile=()
+if [[ -n ${NODEAGENT_PROFILE:-} ]]; then
+    profile=(--profile "$NODEAGENT_PROFILE")
+fi
 PLAYBOOK=${NODEAGENT_PLAYBOOK:-gpu-training}
 RDZV_ID=${RDZV_ID:-${SLURM_JOB_ID:-nodeagent}}
 if [[ -z ${RDZV_ENDPOINT:-} ]]; then
@@ -60,4 +66,4 @@ exec torchrun \
     --rdzv-endpoint "$RDZV_ENDPOINT" \
     --rdzv-id "$RDZV_ID" \
     --no-python \
-    nodeagent exec --profile "$PROFILE" -- python "$@"
+    nodeagent exec "${profile[@]}" -- python "$@"

@@ -19,8 +19,9 @@ torchrun and mpirun expect of the command they start. What is prepared before th
 `exec --measure` runs the same launch as a child instead (`enter`, then `spawn`), since nodeagent
 must outlive the job to report on it.
 
-Every failure the user can fix is a UsageError: one line, exit 64, never a traceback. A profile that
-does not exist is not one: the job runs unchanged after a warning (see `run`).
+Every failure the user can fix is a UsageError: one line, exit 64, never a traceback. The default
+profile missing is not one: the job runs unchanged after a warning (see `plan`); a profile named
+with --profile must exist.
 """
 
 from __future__ import annotations
@@ -546,17 +547,24 @@ def no_profile_warning(name: str, path: Path) -> str:
 
 
 def plan(
-    profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False
+    profile_name: str,
+    local_rank: int | None,
+    command: list[str],
+    dry_run: bool = False,
+    named: bool = False,
 ) -> tuple[Launch, Machine]:
     """The launch of `nodeagent exec` and the machine it was checked against.
 
-    Without the profile the job runs unchanged, after one warning on stderr: the shipped launchers
-    (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and a node
-    where nobody ran `tune --apply` must still run the job, as it would without nodeagent. A
-    profile that exists but cannot be read stays an error (exit 64): running unpinned in silence
-    when pinning was asked for hides the fault."""
+    Without the default profile the job runs unchanged, after one warning on stderr: the shipped
+    launchers (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and
+    a node where nobody ran `tune --apply` must still run the job, as it would without nodeagent.
+    A profile the user `named` (--profile) that is not there is an error (exit 64), and so is one
+    that exists but cannot be read: running unpinned when pinning was asked for (a misspelt name)
+    hides the fault."""
     path = profile.profile_path(profile_name)
     doc = profile.load_if_present(profile_name)
+    if doc is None and named:
+        raise UsageError(profile.missing(profile_name))
     machine = read_machine()
     if doc is None:
         warning = no_profile_warning(profile_name, path)
@@ -573,9 +581,12 @@ def plan(
     return launch, machine
 
 
-def run(profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False) -> int:
-    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run)."""
-    launch, machine = plan(profile_name, local_rank, command, dry_run)
+def run(
+    profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False, named: bool = False
+) -> int:
+    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run); `named`: the
+    profile was given by name, so it must exist (see `plan`)."""
+    launch, machine = plan(profile_name, local_rank, command, dry_run, named)
     if dry_run:
         print(json.dumps(launch.to_dict(os.environ), indent=2))
         return 0

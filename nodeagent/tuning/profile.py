@@ -19,6 +19,7 @@ one UsageError line naming the file, the line and the field) and returns the doc
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -194,6 +195,28 @@ def load(name: str, base: Path | None = None) -> dict[str, Any]:
     doc.validate(ProfileDocument)
     data: dict[str, Any] = doc.data
     return data
+
+
+def names(base: Path | None = None) -> list[str]:
+    """The profiles in the state folder, by name (sorted); none when the folder is not there. A
+    killed save's temporary file (".NAME...tmp") is not a profile."""
+    folder = (base or state_dir()) / "profiles"
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    found = (entry[: -len(".json")] for entry in entries if entry.endswith(".json"))
+    return sorted(n for n in found if valid_name(n))
+
+
+def missing(name: str, base: Path | None = None) -> str:
+    """The line for a profile that was named but is not there: where profiles live, which are."""
+    folder = profile_path(name, base).parent
+    there = ", ".join(names(base)) or "none"
+    return (
+        f"no profile {name!r} in {folder} (there: {there}); name one of those, or create it with "
+        f"`nodeagent tune --apply --profile {name}`"
+    )
 
 
 def load_if_present(name: str, base: Path | None = None) -> dict[str, Any] | None:
