@@ -9,10 +9,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
+from nodeagent.cli.main import cli
 from nodeagent.host.recorder import _filter_environ, _redact_cmdline
-from tests.helpers import SYSFS_FIXTURES, modules_loaded_by
+from tests.helpers import SYSFS_FIXTURES, modules_loaded_by, run_main
 
 EXE = [sys.executable, "-m", "nodeagent"]
 
@@ -82,6 +84,48 @@ def test_bad_input_is_one_line_and_exit_64(args: list[str], message: str) -> Non
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and subcommand, as the words that name it (the registry of the click group)."""
+    paths = []
+    for name, command in sorted(group.commands.items()):
+        paths.append((*prefix, name))
+        if isinstance(command, click.Group):
+            paths += _command_paths(command, (*prefix, name))
+    return paths
+
+
+def _usage_mistake(path: tuple[str, ...]) -> list[str]:
+    """A usage error of the command at `path`: an unknown option, or, where the command takes
+    unknown options as the job's command line (exec, verify), a word for one of its numbers."""
+    command: click.Command = cli
+    for word in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[word]
+    if not command.context_settings.get("ignore_unknown_options"):
+        return [*path, "--no-such-option"]
+    numbers = (click.types.IntParamType, click.types.FloatParamType)
+    option = next(p for p in command.params if isinstance(p, click.Option) and isinstance(p.type, numbers))
+    return [*path, option.opts[0], "not-a-number"]
+
+
+@pytest.mark.parametrize("path", [(), *_command_paths(cli)], ids=lambda p: " ".join(p) or "nodeagent")
+def test_a_usage_error_points_at_the_commands_own_help(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_main(capsys, *_usage_mistake(path))
+    assert code == 64, out + err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nodeagent: error: "), err
+    assert lines[0].endswith(f" Try '{' '.join(('nodeagent', *path))} --help' for help."), err
+
+
+def test_a_usage_error_of_python_m_nodeagent_names_the_program_once() -> None:
+    proc = run("nosuchcommand")
+    assert proc.returncode == 64
+    hint = "Try 'nodeagent --help' for help."
+    assert proc.stderr == f"nodeagent: error: No such command 'nosuchcommand'. {hint}\n"
 
 
 def test_corrupt_archive_exits_64(tmp_path: Path) -> None:

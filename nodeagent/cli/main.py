@@ -896,7 +896,9 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo(e.format_message())  # bare `nodeagent`: the help text, as --help prints it
         sys.exit(0)
     except click.UsageError as e:
-        hint = f" (see `nodeagent {e.ctx.command_path.split(' ', 1)[-1]} --help`)" if e.ctx else ""
+        # command_path starts with the program's name ("nodeagent check"; "nodeagent" for the
+        # group itself), as click's own hint writes it.
+        hint = f" Try '{e.ctx.command_path} --help' for help." if e.ctx else ""
         _fail(f"error: {e.format_message()}{hint}", EX_USAGE)
     except click.ClickException as e:
         _fail(f"error: {e.format_message()}", EX_USAGE)
