@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -14,7 +15,8 @@ import pytest
 
 from nodeagent.cli.main import cli
 from nodeagent.host.recorder import _filter_environ, _redact_cmdline
-from tests.helpers import SYSFS_FIXTURES, modules_loaded_by, run_main
+from tests.helpers import SYSFS_FIXTURES, make_tree, modules_loaded_by, run_main
+from tests.sysfs_node import build_node
 
 EXE = [sys.executable, "-m", "nodeagent"]
 
@@ -147,6 +149,63 @@ def test_facts_json_keys() -> None:
     assert {"pci", "gpus", "nics", "rdma"} <= set(doc)
     assert any(p["device"] == "qib0" and p["rate_gbps"] == 40.0 for p in doc["rdma"])
     assert any(n["name"] == "ib0" and n["numa_node"] == 2 for n in doc["nics"])
+
+
+FIRECRACKER = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
+
+
+def facts_table(root: Path) -> str:
+    """`nodeagent facts --root ROOT` as a table, wide enough that no row wraps."""
+    env = {**os.environ, "COLUMNS": "200"}
+    proc = subprocess.run(
+        [*EXE, "facts", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    return proc.stdout
+
+
+def row(table: str, first: str) -> list[str]:
+    """The cells of the table row whose first cell is `first`."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if cells[0] == first:
+            return cells
+    raise AssertionError(f"no row {first!r} in:\n{table}")
+
+
+def test_facts_table_shows_missing_values_as_a_dash_and_page_sizes_by_unit() -> None:
+    """The recorded VM: eth0's speed and its PCI device's numa_node read -1 (unknown, no NUMA
+    affinity), and two empty huge page pools, hugepages-2048kB (2 MiB) and hugepages-1048576kB
+    (1 GiB); the folder names are the kernel's size in KiB."""
+    table = facts_table(FIRECRACKER)
+    assert "None" not in table
+    assert row(table, "eth0") == ["eth0", "0000:00:03.0", "up", "-", "1400", "virtio_net", "-"]
+    assert row(table, "0000:00:03.0")[3] == "-"  # the PCIe table's NUMA column
+    assert (
+        row(table, "huge pages")[1]
+        == "2 MiB: 0 pages (0 free), 1 GiB: 0 pages (0 free); THP madvise, defrag madvise"
+    )
+
+
+def test_facts_table_counts_the_pages_of_each_pool(tmp_path: Path) -> None:
+    # 2 pages of 2 MiB, both free (nr_hugepages, free_hugepages of hugepages-2048kB), none of 1 GiB.
+    table = facts_table(build_node(tmp_path / "node"))
+    assert row(table, "huge pages")[1].startswith("2 MiB: 2 pages (2 free), 1 GiB: 0 pages (0 free); ")
+
+
+def test_facts_table_tells_unrecorded_pools_from_none(tmp_path: Path) -> None:
+    """A recording of the CPU folder alone holds nothing of huge pages: not "none", "not recorded"."""
+    files = {"/sys/devices/system/cpu/online": "0\n", "/proc/meminfo": "MemTotal: 1024 kB\n"}
+    make_tree(tmp_path / "cpu-only", files)
+    line = row(facts_table(tmp_path / "cpu-only"), "huge pages")[1]
+    assert line == (
+        "not recorded (/sys/kernel/mm/hugepages); THP not recorded (/sys/kernel/mm/transparent_hugepage)"
+    )
 
 
 def test_snapshot_round_trip(tmp_path: Path) -> None:

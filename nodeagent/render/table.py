@@ -113,25 +113,54 @@ def _titled(title: str, columns: Sequence[str]) -> Sheet:
 def _summary_table(doc: dict[str, Any]) -> Sheet:
     t = doc["topology"]
     head = Sheet(f"nodeagent facts: {doc['host']}", (Column("", style="bold"), Column("")), header=False)
-    _row(head, "CPU", str(t["cpu_model"] or "?"))
+    _row(head, "CPU", t["cpu_model"])
     _row(
         head,
         "layout",
-        f"{t['packages']} package(s), {t['cores']} cores, {len(t['cpus_online'])} CPUs online "
-        f"({t['threads_per_core']} thread(s)/core)",
+        f"{_cell(t['packages'])} package(s), {_cell(t['cores'])} cores, {len(t['cpus_online'])} CPUs "
+        f"online ({_cell(t['threads_per_core'])} thread(s)/core)",
     )
     if t["cpus_offline"]:
         _row(head, "offline CPUs", format_cpulist(t["cpus_offline"]))
-    _row(head, "memory", f"{t['memory_total_mib']} MiB")
-    _row(head, "kernel", str(doc["kernel"]["release"] or "?"))
+    _row(head, "memory", _with_unit(t["memory_total_mib"], "MiB"))
+    _row(head, "kernel", doc["kernel"]["release"])
     dmi = doc["dmi"]
     if dmi:
         _row(head, "system", " ".join(dmi.get(k, "") for k in ("sys_vendor", "product_name")).strip() or "?")
         _row(head, "BIOS", " ".join(dmi.get(k, "") for k in ("bios_vendor", "bios_version", "bios_date")))
     hp = doc["hugepages"]
-    pools = ", ".join(f"{p['total']}x{p['size_kb']}kB ({p['free']} free)" for p in hp["pools"]) or "none"
-    _row(head, "huge pages", f"{pools}; THP {hp['thp_enabled']}, defrag {hp['thp_defrag']}")
+    pools = ", ".join(
+        f"{page_size(p['size_kb'])}: {_cell(p['total'])} pages ({_cell(p['free'])} free)" for p in hp["pools"]
+    )
+    thp = f"THP {_cell(hp['thp_enabled'])}, defrag {_cell(hp['thp_defrag'])}"
+    # A recording that does not hold a place says nothing of it: not "none" (facts.node.SOURCES).
+    unrecorded = doc.get("unrecorded", {})
+    if "hugepages.pools" in unrecorded:
+        pools = f"not recorded ({unrecorded['hugepages.pools']})"
+    if "hugepages.thp_" in unrecorded:
+        thp = f"THP not recorded ({unrecorded['hugepages.thp_']})"
+    _row(head, "huge pages", f"{pools or 'none'}; {thp}")
     return head
+
+
+def page_size(kib: int) -> str:
+    """A huge page size, given in KiB as the kernel names its pools (hugepages-2048kB: "kB" there
+    is 1024 bytes, Documentation/admin-guide/mm/hugetlbpage.rst), in the largest whole unit:
+    2048 -> "2 MiB", 1048576 -> "1 GiB", 64 -> "64 KiB"."""
+    for unit, size in (("GiB", 1 << 20), ("MiB", 1 << 10)):
+        if kib >= size and kib % size == 0:
+            return f"{kib // size} {unit}"
+    return f"{kib} KiB"
+
+
+def _cell(value: Any) -> Any:
+    """A value as a cell shows it: one that is missing (not in the recording, unreadable, or
+    unknown to the kernel, as a NIC speed of -1) is a dash, never "None"."""
+    return "-" if value is None else value
+
+
+def _with_unit(value: Any, unit: str) -> Any:
+    return "-" if value is None else f"{value} {unit}"
 
 
 def _numa_table(topology: dict[str, Any]) -> Sheet:
@@ -139,13 +168,13 @@ def _numa_table(topology: dict[str, Any]) -> Sheet:
     for n in topology["numa_nodes"]:
         _row(
             numa,
-            str(n["id"]),
+            n["id"],
             format_cpulist(n["cpus"]) or "-",
-            str(n["memory_mib"]),
+            n["memory_mib"],
             " ".join(str(v) for v in n["distances"].values()),
         )
     for g in topology["gpu_memory_nodes"]:
-        _row(numa, str(g["id"]), "GPU memory", str(g["memory_mib"]), f"GPU {g['gpu']}")
+        _row(numa, g["id"], "GPU memory", g["memory_mib"], f"GPU {g['gpu']}")
     return numa
 
 
@@ -156,10 +185,10 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> Sheet | None:
     for g in gpus:
         _row(
             gt,
-            str(g["index"]),
-            str(g["pci_address"]),
+            g["index"],
+            g["pci_address"],
             g["vendor"],
-            str(g["numa_node"]),
+            g["numa_node"],
             format_cpulist(g["cpu_affinity"] or []),
             g["source"],
         )
@@ -178,11 +207,11 @@ def _nic_table(nics: list[dict[str, Any]]) -> Sheet | None:
             nt,
             n["name"],
             n["pci_address"],
-            str(n["operstate"]),
-            str(n["speed_mbps"]),
-            str(n["mtu"]),
-            str(n["driver"]),
-            str(n["numa_node"]),
+            n["operstate"],
+            n["speed_mbps"],
+            n["mtu"],
+            n["driver"],
+            n["numa_node"],
         )
     return nt
 
@@ -195,12 +224,12 @@ def _rdma_table(ports: list[dict[str, Any]]) -> Sheet | None:
         _row(
             rt,
             p["device"],
-            str(p["port"]),
-            str(p["state"]),
-            str(p["phys_state"]),
-            str(p["rate"]),
-            str(p["link_layer"]),
-            str(p["numa_node"]),
+            p["port"],
+            p["state"],
+            p["phys_state"],
+            p["rate"],
+            p["link_layer"],
+            p["numa_node"],
         )
     return rt
 
@@ -216,17 +245,18 @@ def _pcie_table(devices: list[dict[str, Any]]) -> Sheet | None:
             d["address"],
             d["kind"],
             f"{d['vendor']}:{d['device']}",
-            str(d["numa_node"]),
+            d["numa_node"],
             _link(d["speed_gts"], d["width"]),
             _link(d["max_speed_gts"], d["max_width"]),
-            str(d["driver"]),
+            d["driver"],
         )
     return pt
 
 
 def _row(table: Sheet, *cells: Any) -> None:
-    """A row of recorded values, each as text (shown literally on a terminal, one line when piped)."""
-    table.add(*(c if isinstance(c, Text) else str(c) for c in cells))
+    """A row of recorded values, each as text (shown literally on a terminal, one line when piped);
+    a missing one a dash."""
+    table.add(*(c if isinstance(c, Text) else str(_cell(c)) for c in cells))
 
 
 def _link(speed: float | None, width: int | None) -> str:
