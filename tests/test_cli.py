@@ -208,6 +208,20 @@ def test_facts_table_tells_unrecorded_pools_from_none(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("verbose", [["-v"], []], ids=["table", "problems"])
+def test_check_facts_in_table_format_adds_the_facts_after_the_findings(verbose: list[str]) -> None:
+    """Piped (as here), -v prints the findings' table and without it the problems; with --facts the
+    facts tables follow either, as `nodeagent facts` prints them."""
+    proc = run("check", "--root", str(FIRECRACKER), "--only", "kernel", *verbose, "--facts")
+    assert proc.returncode == 1, proc.stderr  # kernel/memlock WARNs on the recorded VM
+    findings, title, facts = proc.stdout.partition("nodeagent facts: vm")
+    assert title, proc.stdout
+    assert "kernel/memlock" in findings and "worst: WARN" in findings  # the findings first
+    assert "kernel/memlock" not in facts
+    assert row(facts, "huge pages")[1].startswith("2 MiB: 0 pages (0 free), 1 GiB: 0 pages (0 free)")
+    assert row(facts, "eth0")[:3] == ["eth0", "0000:00:03.0", "up"]
+
+
 def test_snapshot_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "node.tar.gz"
     proc = run("snapshot", "-o", str(out))

@@ -62,7 +62,12 @@ def cli() -> None:
 @click.option("--skip", metavar="ID,...", help="Leave these checks out.")
 @format_option
 @click.option("--timeout", type=float, default=20.0, show_default=True, help="Seconds one check may take.")
-@click.option("--facts", "with_facts", is_flag=True, help="With --format json: add the node's facts.")
+@click.option(
+    "--facts",
+    "with_facts",
+    is_flag=True,
+    help="Add the node's facts: the facts tables after the findings, or a facts key with --format json.",
+)
 @cluster_options
 @click.option(
     "--remote-agent",
@@ -174,7 +179,10 @@ def check(
         from nodeagent.render import table
         from nodeagent.render.sheet import show
 
-        show([table.report_part(ran.report, doc, every=verbose)])
+        parts: list[Part] = [table.report_part(ran.report, doc, every=verbose)]
+        if ran.facts is not None:
+            parts += table.facts_tables(ran.facts)
+        show(parts)
     sys.exit(ran.exit_code)
 
 
