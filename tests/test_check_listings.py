@@ -5,6 +5,7 @@ test_tui.py), failing with the check that is missing, extra or in another area."
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -17,7 +18,7 @@ from click.testing import CliRunner
 from nodeagent import checks
 from nodeagent.api.check import Area, Check
 from nodeagent.cli.main import cli
-from tests.helpers import REPO
+from tests.helpers import REPO, run_main
 from tests.plugin_checks import plugin_check, register
 
 README = REPO / "README.md"
@@ -110,3 +111,63 @@ def test_nodeagent_checks_lists_a_check_registered_at_run_time(monkeypatch: pyte
     listed = listed_by_cli()
     assert listed["probe"] == "Other" and listed["gpu-probe"] == "GPUs and NVLink"
     assert listed == {c.id: c.area.value for c in checks.all_checks()}
+
+
+# --- `nodeagent checks ID...` and `--params --format json` -------------------------------------------
+
+
+def checks_json(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, ["checks", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.output)
+    return doc
+
+
+def test_nodeagent_checks_with_ids_lists_those_checks() -> None:
+    """Named checks, in the registry's order, an on-demand one too; the table and JSON alike."""
+    assert [c["id"] for c in checks_json("kernel", "numa")["checks"]] == ["numa", "kernel"]
+    assert [c["id"] for c in checks_json("dcgm-diag")["checks"]] == ["dcgm-diag"]
+    table = CliRunner().invoke(cli, ["checks", "kernel"], terminal_width=300)
+    assert table.exit_code == 0, table.output
+    # Piped: a line per check, its id first.
+    assert [line.split("  ")[0] for line in table.output.splitlines()] == ["kernel"]
+    params = CliRunner().invoke(cli, ["checks", "hugepages", "--params"], terminal_width=300)
+    assert params.output.startswith("hugepages: ") and "\nnuma" not in params.output
+
+
+def test_nodeagent_checks_with_an_unknown_id_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_main(capsys, "checks", "kernle")
+    assert code == 64 and out == ""
+    assert err.startswith("nodeagent: error: unknown check id 'kernle'; known: ") and err.count("\n") == 1
+
+
+def test_nodeagent_checks_params_as_json_are_each_checks_params() -> None:
+    """Every field of every check's Params, with its default, its reason and what the reason cites."""
+    doc = checks_json("--params")
+    assert [c["id"] for c in doc["checks"]] == [c.id for c in checks.all_checks()]
+    for entry, check in zip(doc["checks"], checks.all_checks(), strict=True):
+        assert (entry["title"], entry["area"], entry["tags"]) == (
+            check.title,
+            check.area.value,
+            list(check.tags),
+        )
+        fields = dataclasses.fields(check.params)
+        assert [p["name"] for p in entry["params"]] == [f.name for f in fields]
+        for p, f in zip(entry["params"], fields, strict=True):
+            assert p["default"] == json.loads(json.dumps(f.default)), (check.id, f.name)
+            assert p["why"] == f.metadata["why"]
+            assert all(source in f.metadata["why"] for source in p["source"])
+
+
+def test_a_params_source_is_what_its_reason_cites() -> None:
+    """hugepages' thp_enabled cites the kernel's THP document once; numa's allow_offline_cpus a
+    kernel source path; cstates' turbo two documents, the comma after the first not part of it."""
+    by_id = {c["id"]: {p["name"]: p for p in c["params"]} for c in checks_json("--params")["checks"]}
+    thp = by_id["hugepages"]["thp_enabled"]
+    assert thp["default"] == ["always", "madvise"]
+    assert thp["source"] == ["https://docs.kernel.org/admin-guide/mm/transhuge.html#global-thp-controls"]
+    assert by_id["numa"]["allow_offline_cpus"]["source"] == ["Documentation/core-api/cpu_hotplug.rst"]
+    assert by_id["cstates"]["turbo"]["source"] == [
+        "https://docs.kernel.org/admin-guide/pm/intel_pstate.html#no-turbo-attr",
+        "https://docs.kernel.org/admin-guide/pm/cpufreq.html#the-boost-file-in-sysfs",
+    ]

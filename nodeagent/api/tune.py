@@ -23,6 +23,7 @@ import dataclasses
 import enum
 import fnmatch
 import posixpath
+import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -265,12 +266,21 @@ def check_thread_count(tuner_id: str, name: str, value: int, cpus: int | None) -
 # -- documentation of parameters ---------------------------------------------------------------------
 
 
+# What a parameter's reason cites: links, and the kernel's Documentation/ paths named without one.
+_CITED = re.compile(r"https?://[^\s)\"']+|Documentation/[\w./-]+\.(?:rst|txt)")
+
+
 @dataclass(frozen=True)
 class ParamDoc:
     name: str
     type: str
     default: Any
     why: str
+
+    @property
+    def sources(self) -> list[str]:
+        """The documents the reason cites, in its order (the punctuation after one is not part of it)."""
+        return [cited.rstrip(".,;:") for cited in _CITED.findall(self.why)]
 
 
 def param_docs(params: type[Any]) -> list[ParamDoc]:

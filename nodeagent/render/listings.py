@@ -17,7 +17,7 @@ from nodeagent.tuning.journal import Journal
 
 
 def _param(d: ParamDoc) -> dict[str, Any]:
-    return {"name": d.name, "type": d.type, "default": d.default, "why": d.why}
+    return {"name": d.name, "type": d.type, "default": d.default, "why": d.why, "source": d.sources}
 
 
 def checks_sheet(checks: Sequence[Check[Any, Any]]) -> Sheet:
