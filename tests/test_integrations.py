@@ -6,7 +6,9 @@ torchrun, mpirun, horovodrun and ssh."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import yaml
 
 from nodeagent import integrations
 from nodeagent.core.errors import UsageError
+from tests.helpers import run_main
 
 SCRIPTS = [n for n in integrations.names() if n.endswith(".sh")]
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
@@ -227,6 +230,45 @@ def test_the_files_are_listed_and_found() -> None:
         assert integrations.path(name).is_file()
     with pytest.raises(UsageError, match=r"slurm-prolog\.sh"):
         integrations.path("nope.sh")
+
+
+def test_nodeagent_integrations_lists_each_file_with_what_it_is_and_where_it_goes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_main(capsys, "integrations")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    names = integrations.names()
+    assert len(lines) == 2 * len(names)
+    for name, (first, second) in zip(names, zip(lines[::2], lines[1::2], strict=True), strict=True):
+        about = integrations.FILES[name]
+        assert first.split(maxsplit=1) == [name, about.what]
+        assert second.split(maxsplit=1) == ["install:", about.where]
+        assert about.what and about.where and "\n" not in about.what + about.where
+
+
+# Where the file's own header says it goes: `integrations show NAME > PATH`, a command line that
+# runs it, or the file Prometheus or kubectl is given.
+HEADER_PLACE = re.compile(
+    r"^#\s+(?:nodeagent integrations show \S+ > (\S+)"
+    r"|.*?(\S*launch-\S+\.sh train\.py)|.*?(rule_files)|.*?(kubectl apply))",
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize("name", integrations.names())
+def test_where_a_file_goes_is_what_its_header_says(name: str) -> None:
+    """The listing is a table in the package; each file's header is the long form, which holds it
+    to the table (the daemonset's header sends the reader to README's deployment section)."""
+    where = integrations.FILES[name].where
+    lines = integrations.path(name).read_text().splitlines()
+    header = "\n".join(itertools.takewhile(lambda line: line.startswith("#"), lines))
+    places = [next(g for g in m.groups() if g) for m in HEADER_PLACE.finditer(header)]
+    if name == "k8s-daemonset.yaml":
+        assert places == [] and "kubectl apply" in where
+        return
+    assert places, header
+    assert places[0] in where
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

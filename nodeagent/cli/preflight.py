@@ -211,14 +211,18 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...], ve
 @click.group(invoke_without_command=True)
 @click.pass_context
 def integrations(ctx: click.Context) -> None:
-    """The scheduler and launcher files (Slurm prolog and health check, Kubernetes, launchers);
-    `integrations show NAME` prints one."""
+    """The scheduler and launcher files (Slurm prolog and health check, Kubernetes, launchers),
+    each with what it is and where it goes; `integrations show NAME` prints one."""
     if ctx.invoked_subcommand is not None:
         return
     from nodeagent import integrations as files
 
-    for n in files.names():
-        click.echo(n)
+    names = files.names()
+    width = max(map(len, names), default=0) + 2
+    for name in names:
+        about = files.FILES[name]
+        click.echo(f"{name:{width}}{about.what}")
+        click.echo(f"{'':{width}}install: {about.where}")
 
 
 @integrations.command("show")
