@@ -130,6 +130,40 @@ def test_a_usage_error_of_python_m_nodeagent_names_the_program_once() -> None:
     assert proc.stderr == f"nodeagent: error: No such command 'nosuchcommand'. {hint}\n"
 
 
+@pytest.mark.parametrize("command", ["tune", "revert", "exec", "verify", "history"])
+def test_the_state_folder_is_named_in_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where journals and profiles live, and how to move them (nodeagent.tuning.state.state_dir)."""
+    code, out, _ = run_main(capsys, command, "--help")
+    assert code == 0
+    text = " ".join(out.split())  # click wraps the help to the terminal
+    for part in (
+        "NODEAGENT_STATE_DIR",
+        "/var/lib/nodeagent",
+        "$XDG_STATE_HOME/nodeagent",
+        "profiles/NAME.json",
+    ):
+        assert part in text, (command, part)
+
+
+def test_the_state_help_says_what_the_state_folder_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """STATE_HELP is written out for a fast --help; it must say what state.state_dir() does."""
+    from nodeagent.cli.options import STATE_HELP
+    from nodeagent.tuning import history, journal, profile, state
+
+    monkeypatch.setenv(state.STATE_ENV, "/site/state")
+    assert state.state_dir() == Path("/site/state") and f"${state.STATE_ENV} when set" in STATE_HELP
+    monkeypatch.delenv(state.STATE_ENV)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert f"else {state.state_dir()} as root" in STATE_HELP
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_STATE_HOME", "/xdg")
+    assert state.state_dir() == Path("/xdg/nodeagent") and "else $XDG_STATE_HOME/nodeagent" in STATE_HELP
+    base = Path("/s")
+    assert f"{journal.journal_dir(base).name}/" in STATE_HELP
+    assert str(profile.profile_path("NAME", base).relative_to(base)) in STATE_HELP
+    assert history.FILE in STATE_HELP
+
+
 def test_corrupt_archive_exits_64(tmp_path: Path) -> None:
     bad = tmp_path / "node.tar.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 40)

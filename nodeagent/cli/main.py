@@ -14,6 +14,7 @@ from nodeagent import __version__
 from nodeagent.cli.fleet import fleet as fleet_command
 from nodeagent.cli.options import (
     ROOT_ENV,
+    STATE_HELP,
     Fleet,
     baseline_option,
     cluster_options,
@@ -385,7 +386,7 @@ def _settings(values: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
-@cli.command()
+@cli.command(epilog=STATE_HELP)
 @root_option
 @click.option("--only", metavar="ID,...", help="Plan only these tuners (see `nodeagent tuners`).")
 @click.option("--skip", metavar="ID,...", help="Leave these tuners out.")
@@ -545,7 +546,7 @@ def _print_tune(ran: Any, fmt: str) -> None:
     show([*parts, "", *table.story_lines(ran.story)])
 
 
-@cli.command()
+@cli.command(epilog=STATE_HELP)
 @click.argument("journal_id", required=False)
 @click.option(
     "--all", "revert_all", is_flag=True, help="Revert every journal not yet reverted, newest first."
@@ -705,6 +706,7 @@ def bench(
     "exec",
     # Everything after the options is the job's own command line, its options included.
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog=STATE_HELP,
 )
 @click.option(
     "--profile",

@@ -33,6 +33,14 @@ def open_root(root: str | None) -> Host:
 
 
 ROOT_ENV = "NODEAGENT_ROOT"
+# Where tune, revert, exec, verify and history keep and read their state (nodeagent.tuning.state,
+# repeated here so that --help imports nothing more; a test holds the two equal).
+STATE_HELP = (
+    "State folder: $NODEAGENT_STATE_DIR when set, else /var/lib/nodeagent as root, else "
+    "$XDG_STATE_HOME/nodeagent (~/.local/state/nodeagent). It holds journal/ (what each apply "
+    "changed, for revert), profiles/NAME.json (what exec applies), history.jsonl (verify's "
+    "decisions) and the lock."
+)
 HOSTNAME_ENV = "NODEAGENT_HOSTNAME"
 
 root_option = click.option(

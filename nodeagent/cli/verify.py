@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nodeagent.cli.options import format_option, quiet_option
+from nodeagent.cli.options import STATE_HELP, format_option, quiet_option
 
 pairs_option = click.option(
     "--pairs",
@@ -32,7 +32,9 @@ trial_timeout_option = click.option(
 )
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=STATE_HELP
+)
 @click.option(
     "--profile", "profile_name", default="default", show_default=True, help="The profile B runs with."
 )
@@ -96,7 +98,7 @@ def verify(
     sys.exit(ran.exit_code)
 
 
-@click.command()
+@click.command(epilog=STATE_HELP)
 @format_option
 def history(fmt: str) -> None:
     """The verify decisions recorded on this machine (each `verify`, each change `tune --verify` judged)."""
