@@ -20,7 +20,7 @@ from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import node
 from nodeagent.gate import baseline
 from nodeagent.host import SnapshotHost
-from tests.helpers import FIXTURE_TREES, SYSFS_FIXTURES, fixture_host
+from tests.helpers import FIXTURE_TREES, SYSFS_FIXTURES, fixture_host, run_main
 
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 SWAPPINESS = "check.kernel.vm.swappiness./proc/sys/vm/swappiness"
@@ -351,3 +351,38 @@ def test_node_facts_are_the_records_as_asdict_gives_them(tree: str, monkeypatch:
     fast = node.collect(fixture_host(tree))
     monkeypatch.setattr(node, "_plain", dataclasses.asdict)
     assert fast == node.collect(fixture_host(tree))
+
+
+# --- baseline save --cluster --limit ------------------------------------------------------------
+
+
+def refusing_inventory(tmp_path: Path) -> Path:
+    """Two hosts whose SSH port refuses at once (nothing listens on port 1): every pull fails, and
+    the error names the hosts that were asked."""
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    hosts = [{"name": name, "host": "127.0.0.1", "port": 1} for name in ("gpu01", "gpu02")]
+    inv = tmp_path / "hosts.yml"
+    defaults = {"known_hosts": str(known), "connect_timeout": 2, "command_timeout": 5}
+    inv.write_text(json.dumps({"defaults": defaults, "hosts": hosts}))  # JSON is YAML
+    return inv
+
+
+@pytest.mark.parametrize(("limit", "asked"), [([], "gpu01, gpu02"), (["--limit", "gpu02"], "gpu02")])
+def test_baseline_save_of_a_fleet_takes_limit_as_check_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: list[str], asked: str
+) -> None:
+    out = tmp_path / "fleet.json"
+    code, _, err = run_main(
+        capsys, "baseline", "save", str(out), "--cluster", str(refusing_inventory(tmp_path)), *limit
+    )
+    assert code == 64 and not out.exists()
+    assert f"no result from {asked}: a baseline needs every host" in err
+
+
+def test_baseline_save_limit_without_an_inventory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run_main(capsys, "baseline", "save", str(tmp_path / "b.json"), "--limit", "gpu01")
+    assert code == 64
+    assert err == "nodeagent: error: --limit selects from an inventory file: give --cluster FILE too\n"

@@ -81,6 +81,12 @@ format_option = click.option(
 )
 
 
+# Also on `baseline save --cluster`: the same selection from the inventory, like ansible --limit.
+limit_option = click.option(
+    "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
+)
+
+
 def cluster_options(f: Any) -> Any:
     """--cluster/--hosts and how the fleet is reached (nodeagent.cluster)."""
     options = [
@@ -105,9 +111,7 @@ def cluster_options(f: Any) -> Any:
             help="With --slurm: nodeagent on the nodes (default: `nodeagent` on their PATH), e.g. a "
             "shared /opt/tools/nodeagent.pyz.",
         ),
-        click.option(
-            "--limit", metavar="NAMES", help="With --cluster: only these hosts or groups (comma list)."
-        ),
+        limit_option,
         click.option(
             "--parallel",
             type=click.IntRange(min=1),

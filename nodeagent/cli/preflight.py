@@ -14,6 +14,7 @@ from nodeagent.cli.options import (
     emit_fleet,
     format_option,
     hostname_option,
+    limit_option,
     load_baseline,
     load_playbook,
     output_option,
@@ -155,17 +156,24 @@ def baseline() -> None:
 @click.option(
     "--cluster", metavar="HOSTS.YML", help="Record every host of this inventory (agentless, over SSH)."
 )
+@limit_option
 @click.option("--accept-new-host-keys", is_flag=True, help="With --cluster: as for `check --cluster`.")
 @quiet_option
 def baseline_save(
-    path: Path, root: str | None, cluster: str | None, accept_new_host_keys: bool, quiet: bool
+    path: Path,
+    root: str | None,
+    cluster: str | None,
+    limit: str | None,
+    accept_new_host_keys: bool,
+    quiet: bool,
 ) -> None:
     """Save this node's (or the fleet's) facts and check values as the baseline in PATH."""
     from nodeagent.app import baseline as baselines
     from nodeagent.app.fleet import FleetRequest
 
-    fleet = FleetRequest(cluster, accept_new_host_keys=accept_new_host_keys) if cluster else None
-    if fleet is not None and root is not None:
+    given = cluster or limit  # --limit alone: the request says it needs --cluster (exit 64)
+    fleet = FleetRequest(cluster, limit=limit, accept_new_host_keys=accept_new_host_keys) if given else None
+    if cluster and root is not None:
         raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
     inv = fleet.inventory() if fleet is not None else None
     if inv is not None:
