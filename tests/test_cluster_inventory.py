@@ -587,6 +587,17 @@ def test_native_schema_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert message.startswith(f"{path}:{expected}"), message
 
 
+def test_every_schema_error_of_a_mapping_is_a_line(tmp_path: Path) -> None:
+    """Two mistakes in the defaults: both reported, by line, one line each."""
+    path = write(tmp_path, "defaults:\n  port: 0\n  connect_timeout: soon\nhosts: [a]\n")
+    with pytest.raises(UsageError) as caught:
+        load_inventory(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}:2: defaults.port: must be an integer between 1 and 65535 (got 0)",
+        f"{path}:3: defaults.connect_timeout: must be a number of seconds greater than 0 (got 'soon')",
+    ]
+
+
 def test_duplicate_hosts_name_both_lines(tmp_path: Path) -> None:
     path = write(tmp_path, "hosts:\n  - node01\n  - gpu01\n  - {name: node01, host: 10.0.0.1}\n")
     assert error(path) == (

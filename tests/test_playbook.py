@@ -3,6 +3,7 @@ merge as documented; every malformed file is one line naming its file, line and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tarfile
 from pathlib import Path
@@ -490,6 +491,69 @@ def test_malformed_playbook_exits_64(tmp_path: Path, case: str, capsys: pytest.C
         main(["playbooks", "show", str(tmp_path / entry)])
     assert e.value.code == 64
     assert capsys.readouterr().err == f"nodeagent: error: {tmp_path}/{expected}\n"
+
+
+# Five mistakes, each of a kind MALFORMED has alone: two the schema finds (lines 2 and 6) and three
+# found against the registries (lines 4, 5 and 8), in no order of finding.
+SEVERAL_MISTAKES = """description: five mistakes
+budget_s: fast
+checks:
+  numa: {params: {bogus: 3}}
+  nuam: {}
+fail_on: maybe
+thresholds:
+  - {value: hugepage.thp_enabled, equals: never}
+"""
+
+
+def test_every_mistake_of_a_playbook_is_reported_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(tmp_path, {"p.yml": SEVERAL_MISTAKES})
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--playbook", str(tmp_path / "p.yml")])
+    assert e.value.code == 64
+    at = f"nodeagent: error: {tmp_path}/p.yml"
+    assert capsys.readouterr().err.splitlines() == [
+        f"{at}:2: budget_s: must be a number of seconds greater than 0 (got 'fast')",
+        f"{at}:4: checks.numa.params.bogus: check numa has no parameter 'bogus'; known parameters: "
+        + ", ".join(sorted(f.name for f in dataclasses.fields(checks.select(["numa"])[0].params))),
+        f"{at}:5: checks.nuam: unknown check 'nuam'; did you mean 'numa'? (`nodeagent checks` lists them)",
+        f"{at}:6: fail_on: must be warn or fail (got 'maybe')",
+        f"{at}:8: thresholds[0].value: 'hugepage.thp_enabled' starts with neither check. nor a facts "
+        "section (did you mean 'hugepages'?); see the value keys in playbooks/README.md",
+    ]
+
+
+def test_every_mistake_of_a_playbook_and_of_its_includes(tmp_path: Path) -> None:
+    """This file's mistakes first, by line, then those of the files it includes; and the
+    thresholds judged against the checks the playbook runs, each of them."""
+    files = {
+        "p.yml": "include: [inc/q.yml]\nbudget_s: -1\nchecks:\n  nuam: {}\n",
+        "inc/q.yml": "fail_on: maybe\ntuners:\n  tf-threads:\n    params: {intra_op: -1}\n",
+    }
+    write(tmp_path, files)
+    with pytest.raises(UsageError) as e:
+        load_playbook(str(tmp_path / "p.yml"))
+    assert [line.split(": ", 2)[:2] for line in str(e.value).splitlines()] == [
+        [f"{tmp_path}/p.yml:2", "budget_s"],
+        [f"{tmp_path}/p.yml:4", "checks.nuam"],
+        [f"{tmp_path}/inc/q.yml:1", "fail_on"],
+        [f"{tmp_path}/inc/q.yml:4", "tuners.tf-threads.params.intra_op"],
+    ]
+    write(
+        tmp_path,
+        {
+            "r.yml": "checks: {numa: {}}\nthresholds:\n  - {value: 'check.kernel.a', max: 1}\n"
+            "  - {value: 'check.gpu.b', max: 1}\n"
+        },
+    )
+    with pytest.raises(UsageError) as e:
+        load_playbook(str(tmp_path / "r.yml"))
+    assert [line.split(": ", 1)[0] for line in str(e.value).splitlines()] == [
+        f"{tmp_path}/r.yml:3",
+        f"{tmp_path}/r.yml:4",
+    ]
 
 
 def test_expect_becomes_thresholds_on_counts_and_check_parameters(tmp_path: Path) -> None:

@@ -851,7 +851,8 @@ def _interrupted(e: KeyboardInterrupt) -> NoReturn:
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"nodeagent: {message}", err=True)
+    for line in message.splitlines() or [""]:
+        click.echo(f"nodeagent: {line}", err=True)
     sys.exit(code)
 
 
@@ -904,7 +905,8 @@ def main(argv: list[str] | None = None) -> Any:
         with interrupt.handled():  # SIGTERM and SIGHUP stop a command as Ctrl-C does, cleaning up
             return cli.main(args=argv, prog_name="nodeagent", standalone_mode=False)
     except UsageError as e:
-        _fail(f"error: {e}", e.exit_code)
+        # Several problems of one file (a playbook) are a line each, each one a whole error line.
+        _fail("\n".join(f"error: {line}" for line in str(e).splitlines() or [""]), e.exit_code)
     except click.exceptions.NoArgsIsHelpError as e:
         click.echo(e.format_message())  # bare `nodeagent`: the help text, as --help prints it
         sys.exit(0)

@@ -3,16 +3,19 @@
 Used by the inventory (nodeagent.cluster) and the playbooks (nodeagent.gate.playbook). A file is read
 once into a Document: PyYAML's composed node tree (for lines) and the data constructed from that
 same tree (for values), so a pydantic error location or any path of keys and indexes to a value (a
-Loc) can be turned back into the line that wrote it. Every problem is one UsageError line
-`<file>:<line>: <field path>: <problem>; <what to do>`. Nothing here knows what a host or a check
-is: the kind of file is named by a Wording, and subclasses of Document add the checks of their own.
+Loc) can be turned back into the line that wrote it. Every problem is one line
+`<file>:<line>: <field path>: <problem>; <what to do>`, and a file's problems are reported
+together, one line each by line (a UsageError whose message has a line per problem): a reader
+fixes them all in one go, not one per run. Nothing here knows what a host or a check is: the kind
+of file is named by a Wording, and subclasses of Document add the checks of their own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -25,6 +28,7 @@ from nodeagent.core.errors import UsageError
 
 __all__ = [
     "Document",
+    "DocumentError",
     "Loc",
     "SettingLoader",
     "Wording",
@@ -32,6 +36,7 @@ __all__ = [
     "format_loc",
     "line_at",
     "parse_document",
+    "raise_problems",
     "read_document",
     "schema_problem",
     "show_value",
@@ -144,34 +149,92 @@ class Wording:
 _M = TypeVar("_M", bound=BaseModel)
 
 
+class DocumentError(UsageError):
+    """One problem of a document, "FILE:LINE: FIELD: problem", with where it is."""
+
+    def __init__(self, message: str, line: int, loc: Loc) -> None:
+        super().__init__(message)
+        self.line = line
+        self.loc = loc
+
+
 @dataclass
 class Document:
     source: str
     root: yaml.Node
     data: Any
     base: Path | None  # the folder relative paths are taken from, None: the current directory
+    # Problems gathered (see `gathering`) to be reported together by raise_problems.
+    problems: list[DocumentError] = field(default_factory=list)
+
+    def error(self, loc: Loc, problem: str, line: int | None = None) -> DocumentError:
+        at = line if line is not None else line_at(self.root, loc)
+        where = f"{self.source}:{at}"
+        return DocumentError(
+            f"{where}: {format_loc(loc)}: {problem}" if loc else f"{where}: {problem}", at, loc
+        )
 
     def fail(self, loc: Loc, problem: str, line: int | None = None) -> NoReturn:
-        where = f"{self.source}:{line if line is not None else line_at(self.root, loc)}"
-        raise UsageError(f"{where}: {format_loc(loc)}: {problem}" if loc else f"{where}: {problem}")
+        raise self.error(loc, problem, line)
+
+    @contextlib.contextmanager
+    def gathering(self) -> Iterator[None]:
+        """A `fail` inside is kept in `problems` and the reading goes on after the block, so that
+        raise_problems reports every problem of the file at once."""
+        try:
+            yield
+        except DocumentError as e:
+            self.problems.append(e)
 
     def problem(self, err: Any, model: type[BaseModel]) -> str:
         """One pydantic error in the words of this kind of file (subclasses say more)."""
         return schema_problem(err, model)
 
-    def validate(self, model: type[_M], data: Any, to_doc: Callable[[Loc], Loc]) -> _M:
-        """`model` checked against `data`; the first error (by line) as one UsageError line, its
-        location mapped into the document by `to_doc`."""
+    def validated(self, model: type[_M], data: Any, to_doc: Callable[[Loc], Loc]) -> _M | None:
+        """`model` checked against `data`, or None with each error kept in `problems` (its
+        location mapped into the document by `to_doc`)."""
         try:
             return model.model_validate(data)
         except ValidationError as e:
-            errors = [(to_doc(tuple(err["loc"])), err) for err in e.errors(include_url=False)]
-            # The first by line; on one line an unknown key (with its "did you mean") before a
-            # missing one, which is often the same key misspelt.
-            loc, err = min(
-                errors, key=lambda pair: (line_at(self.root, pair[0]), pair[1]["type"] == "missing")
-            )
-            self.fail(loc, self.problem(err, model))
+            found = e.errors(include_url=False)
+            errors = [(to_doc(tuple(err["loc"])), err) for err in found if not _misspelt(err, found)]
+            errors.sort(key=lambda pair: line_at(self.root, pair[0]))
+            self.problems += [self.error(loc, self.problem(err, model)) for loc, err in errors]
+            return None
+
+    def validate(self, model: type[_M], data: Any, to_doc: Callable[[Loc], Loc]) -> _M:
+        """`model` checked against `data`; every error a line of one UsageError (see raise_problems)."""
+        checked = self.validated(model, data, to_doc)
+        raise_problems([self])
+        assert checked is not None  # no problem: validated returned the model
+        return checked
+
+
+def _misspelt(err: Any, errors: list[Any]) -> bool:
+    """Whether `err` is a required key missing beside an unknown key of the same mapping that is
+    close to it: one mistake, a misspelt key, which the unknown key's "did you mean" already names
+    (`hosts:` written `host:`)."""
+    if err["type"] != "missing":
+        return False
+    *parent, name = err["loc"]
+    unknown = [
+        str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden" and list(e["loc"][:-1]) == parent
+    ]
+    return any(difflib.get_close_matches(key, [str(name)], n=1) for key in unknown)
+
+
+def raise_problems(docs: Iterable[Document], more: Iterable[str] = ()) -> None:
+    """One UsageError with a line per problem gathered in `docs` (each document's by line, the
+    documents in the order given) and per line of `more` (what other files reported), when there
+    is any. A problem found twice (a file included twice) is one line."""
+    lines: list[str] = []
+    for doc in docs:
+        lines += [str(p) for p in sorted(doc.problems, key=lambda p: p.line)]
+    for text in more:
+        lines += text.splitlines()
+    unique = list(dict.fromkeys(lines))
+    if unique:
+        raise UsageError("\n".join(unique))
 
 
 _D = TypeVar("_D", bound=Document)

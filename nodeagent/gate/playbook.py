@@ -19,11 +19,19 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from nodeagent.compare.values import Value
 from nodeagent.core.errors import UsageError
-from nodeagent.core.yamldoc import Document, Loc, Wording, did_you_mean, parse_document, read_document
+from nodeagent.core.yamldoc import (
+    Document,
+    Loc,
+    Wording,
+    did_you_mean,
+    parse_document,
+    raise_problems,
+    read_document,
+)
 from nodeagent.gate import schema
 from nodeagent.gate.thresholds import Threshold, is_glob
 
@@ -285,7 +293,9 @@ class _Resolver:
                 raise UsageError(
                     f"{doc.source}: not a playbook (none of its keys is one of {known}); check the path"
                 )
-            spec = doc.validate(schema.PlaybookFile, doc.data, lambda loc: loc)
+            spec = doc.validated(schema.PlaybookFile, doc.data, lambda loc: loc)
+            if spec is None:
+                spec = _accepted_sections(doc)
             self.docs[where.identity] = (doc, spec)
         return self.docs[where.identity]
 
@@ -303,16 +313,23 @@ class _Resolver:
         doc, spec = self.load(where)
         own = self.own(doc, spec)  # this file's errors before those of its includes
         merged = _Merged()
+        included: list[str] = []  # the problems the included files reported
         for i, entry in enumerate(spec.include):
-            target = self.locate(doc, entry, ("include", i))
-            path = (*chain, where)
-            if target.identity in {w.identity for w in path}:
-                start = [w.identity for w in path].index(target.identity)
-                cycle = " -> ".join(w.short for w in (*path[start:], target))
-                doc.fail(("include", i), f"include cycle {cycle}; remove one of these includes")
-            sub = self.resolve(target, path)
-            sub.includes.append(target.label)
-            merged = _merge(merged, sub)
+            with doc.gathering():
+                target = self.locate(doc, entry, ("include", i))
+                path = (*chain, where)
+                if target.identity in {w.identity for w in path}:
+                    start = [w.identity for w in path].index(target.identity)
+                    cycle = " -> ".join(w.short for w in (*path[start:], target))
+                    doc.fail(("include", i), f"include cycle {cycle}; remove one of these includes")
+                try:
+                    sub = self.resolve(target, path)
+                except UsageError as e:  # another file's problems: told after this file's
+                    included.append(str(e))
+                    continue
+                sub.includes.append(target.label)
+                merged = _merge(merged, sub)
+        raise_problems([doc], included)
         if spec.skip_checks and merged.checks is None and own.checks is None:
             merged.checks = {cid: {} for cid in self.check_ids()}  # none chosen anywhere: all but these
         skipped = set(spec.skip_checks)
@@ -337,29 +354,39 @@ class _Resolver:
 
     def own(self, doc: Document, spec: schema.PlaybookFile) -> _Merged:
         """One file's settings, checked against the registries."""
+        # Each entry is checked on its own (doc.gathering): every mistake of the file is reported.
         checks: dict[str, dict[str, Any]] | None = None
         if spec.checks:
             checks = {}
             for cid, entry in spec.checks.items():
-                self.known(doc, ("checks", cid), cid, self.check_ids(), "check", "nodeagent checks")
-                params = entry.params if entry is not None else {}
-                checks[cid] = schema.parameters(
-                    doc, ("checks", cid, "params"), self.check_objects[cid], params
-                )
+                with doc.gathering():
+                    self.known(doc, ("checks", cid), cid, self.check_ids(), "check", "nodeagent checks")
+                    params = entry.params if entry is not None else {}
+                    checks[cid] = schema.parameters(
+                        doc, ("checks", cid, "params"), self.check_objects[cid], params
+                    )
         for i, cid in enumerate(spec.skip_checks):
-            self.known(doc, ("skip_checks", i), cid, self.check_ids(), "check", "nodeagent checks")
-            if cid in spec.checks:
-                doc.fail(("skip_checks", i), f"{cid} is also under checks: in this file; keep one of the two")
+            with doc.gathering():
+                self.known(doc, ("skip_checks", i), cid, self.check_ids(), "check", "nodeagent checks")
+                if cid in spec.checks:
+                    doc.fail(
+                        ("skip_checks", i), f"{cid} is also under checks: in this file; keep one of the two"
+                    )
         tuners: dict[str, dict[str, Any]] = {}
         for tid, tentry in spec.tuners.items():
-            self.known(doc, ("tuners", tid), tid, self.tuner_ids(), "tuner", "nodeagent tuners")
-            params = tentry.params if tentry is not None else {}
-            tuners[tid] = schema.parameters(doc, ("tuners", tid, "params"), self.tuner_objects[tid], params)
+            with doc.gathering():
+                self.known(doc, ("tuners", tid), tid, self.tuner_ids(), "tuner", "nodeagent tuners")
+                params = tentry.params if tentry is not None else {}
+                tuners[tid] = schema.parameters(
+                    doc, ("tuners", tid, "params"), self.tuner_objects[tid], params
+                )
         ids = frozenset(self.check_ids())
-        thresholds = [
-            _Placed(schema.threshold(doc, ("thresholds", i), t, ids), doc, ("thresholds", i))
-            for i, t in enumerate(spec.thresholds)
-        ]
+        thresholds = []
+        for i, t in enumerate(spec.thresholds):
+            with doc.gathering():
+                thresholds.append(
+                    _Placed(schema.threshold(doc, ("thresholds", i), t, ids), doc, ("thresholds", i))
+                )
         expected, expect_params = schema.expectations(spec.expect) if spec.expect else ([], {})
         thresholds += [_Placed(t, doc, ("expect", name)) for name, t in expected]
         bench = spec.bench.model_dump(exclude_none=True) if spec.bench is not None else {}
@@ -388,20 +415,27 @@ class _Resolver:
         chosen = merged.checks
         order = self.check_ids()
         checks = tuple(c for c in order if chosen is not None and c in chosen)
+        docs: dict[int, Document] = {}  # the files with a rule on a check not run, in order
         for p in merged.thresholds:
             cid = _check_of(p.threshold.value)
             if chosen is not None and cid is not None and cid not in chosen:
-                p.doc.fail(
-                    (*p.loc, "value"),
-                    f"reads check {cid!r}, which this playbook does not run; add {cid} under checks: "
-                    "or drop this threshold",
-                )
+                docs.setdefault(id(p.doc), p.doc)
+                with p.doc.gathering():
+                    p.doc.fail(
+                        (*p.loc, "value"),
+                        f"reads check {cid!r}, which this playbook does not run; add {cid} under checks: "
+                        "or drop this threshold",
+                    )
         for cid, (doc, loc) in merged.expect_at.items():
             if chosen is not None and cid not in chosen:
-                doc.fail(
-                    loc,
-                    f"is judged by check {cid!r}, which this playbook does not run; add {cid} under checks:",
-                )
+                docs.setdefault(id(doc), doc)
+                with doc.gathering():
+                    doc.fail(
+                        loc,
+                        f"is judged by check {cid!r}, which this playbook does not run; "
+                        f"add {cid} under checks:",
+                    )
+        raise_problems(docs.values())
         tuner_order = self.tuner_ids() if merged.tuners else []
         tuners = tuple(t for t in tuner_order if t in merged.tuners)
         name = where.label if where.path is None else where.path.stem
@@ -420,6 +454,16 @@ class _Resolver:
             includes=tuple(merged.includes),
             lost_hardware=merged.lost_hardware or "fail",
         )
+
+
+def _accepted_sections(doc: Document) -> schema.PlaybookFile:
+    """The file without the top-level sections the schema refused (their problems are in
+    doc.problems), so that the rest is still checked against the registries."""
+    refused = {p.loc[0] for p in doc.problems if p.loc}
+    try:
+        return schema.PlaybookFile.model_validate({k: v for k, v in doc.data.items() if k not in refused})
+    except ValidationError:  # a problem of the whole file: its own lines say it
+        return schema.PlaybookFile()
 
 
 # The `expect:` fields that set a check's parameter, by check.

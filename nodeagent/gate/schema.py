@@ -363,20 +363,22 @@ def parameters(doc: Document, loc: Loc, owner: Any, given: Mapping[str, Any]) ->
     fields = {f.name: f for f in dataclasses.fields(owner.params)}
     out: dict[str, Any] = {}
     for name, raw in given.items():
-        value = tuple(raw) if isinstance(raw, list) else raw
-        if name not in fields:
-            hint = did_you_mean(name, fields, "parameters")
-            doc.fail((*loc, name), f"{kind} {owner.id} has no parameter {name!r}; {hint}")
-        default = fields[name].default
-        if default is not dataclasses.MISSING and default is not None and not _same_kind(default, value):
-            doc.fail(
-                (*loc, name),
-                f"must be {_kind_words(default)} like its default {_shown(default)} "
-                f"(got {_shown(value)}); see `{lister}`",
-            )
-        _made(doc, (*loc, name), owner, {name: value})
-        out[name] = value
-    _made(doc, loc, owner, out)
+        with doc.gathering():  # each parameter's mistake is reported, not only the first
+            value = tuple(raw) if isinstance(raw, list) else raw
+            if name not in fields:
+                hint = did_you_mean(name, fields, "parameters")
+                doc.fail((*loc, name), f"{kind} {owner.id} has no parameter {name!r}; {hint}")
+            default = fields[name].default
+            if default is not dataclasses.MISSING and default is not None and not _same_kind(default, value):
+                doc.fail(
+                    (*loc, name),
+                    f"must be {_kind_words(default)} like its default {_shown(default)} "
+                    f"(got {_shown(value)}); see `{lister}`",
+                )
+            _made(doc, (*loc, name), owner, {name: value})
+            out[name] = value
+    if len(out) == len(given):  # together only when each is right alone: no echo of its mistake
+        _made(doc, loc, owner, out)
     return out
 
 
