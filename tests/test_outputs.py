@@ -205,16 +205,22 @@ def test_junit_of_a_recorded_node_is_valid_with_one_test_per_check(vm_doc: dict[
         f"nodeagent.{c['id']}" for c in vm_doc["checks"]
     }
     skipped = [c["id"] for c in vm_doc["checks"] if c["status"] == "SKIPPED"]
-    assert suite.attrib["skipped"] == str(len(skipped)) and suite.attrib["failures"] == "0"
-    assert all(by_name[cid].find("skipped") is not None for cid in skipped)
-    # WARN passes, with its warnings (summary, evidence, remediation) in system-out
     warned = [c["id"] for c in vm_doc["checks"] if c["status"] == "WARN"]
-    assert warned
+    assert warned and skipped
+    # A WARN is not a pass: skipped (what CI servers show as neither passed nor failed), its
+    # message naming it a WARN, its warnings (summary, evidence, remediation) in system-out.
+    assert suite.attrib["skipped"] == str(len(skipped) + len(warned)) and suite.attrib["failures"] == "0"
+    assert all(by_name[cid].find("skipped") is not None for cid in skipped + warned)
     for cid in warned:
+        assert by_name[cid].find("skipped").attrib["message"].startswith(f"WARN {cid}/")  # type: ignore[union-attr]
         out = by_name[cid].findtext("system-out") or ""
         for f in vm_doc["findings"]:
             if f["check_id"] == cid and f["status"] == "WARN":
                 assert f["summary"] in out and f["remediation"] in out
+    # What passes is what is OK, and nothing else.
+    outcomes = ("skipped", "failure", "error")
+    passed = [name for name, case in by_name.items() if all(case.find(o) is None for o in outcomes)]
+    assert passed == [c["id"] for c in vm_doc["checks"] if c["status"] == "OK"]
     assert suite.attrib["hostname"] == vm_doc["host"]
 
 
@@ -236,9 +242,10 @@ def test_junit_reports_failures_errors_skips_and_timeouts() -> None:
     assert cut is not None and cut.attrib["type"] == "timeout" and "budget" in cut.attrib["message"]
     skipped = by_name["pcie"].find("skipped")
     assert skipped is not None and skipped.attrib["message"] == "no PCI devices recorded"
-    assert by_name["kernel"].find("failure") is None and "memlock" in (
-        by_name["kernel"].findtext("system-out") or ""
-    )
+    warned = by_name["kernel"].find("skipped")
+    assert by_name["kernel"].find("failure") is None and warned is not None
+    assert warned.attrib["message"].startswith("WARN kernel/")
+    assert "memlock" in (by_name["kernel"].findtext("system-out") or "")
     assert len(by_name["numa"]) == 0
     # the benchmark's configurations are tests too: failed fails, skipped skips
     assert by_name["compute_only"].find("failure") is not None
@@ -249,7 +256,8 @@ def test_junit_reports_failures_errors_skips_and_timeouts() -> None:
     assert props["verdict.allowed"] == "false" and props["timed_out"] == "nvlink"
     # 6 checks + 5 bench configs; failures: hugepages, compute_only; errors: gpu, nvlink
     assert (suite.attrib["tests"], suite.attrib["failures"], suite.attrib["errors"]) == ("11", "2", "2")
-    assert suite.attrib["skipped"] == "2" and suite.attrib["timestamp"] == "2023-11-14T22:13:20"
+    # skipped: pcie (SKIPPED), kernel (WARN) and the tuned configuration
+    assert suite.attrib["skipped"] == "3" and suite.attrib["timestamp"] == "2023-11-14T22:13:20"
     assert root.attrib["tests"] == "11"
 
 

@@ -14,9 +14,12 @@ against it. Mapping:
   - UNKNOWN (the check crashed or could not decide): `<error>`, the same body;
   - cut at a time limit or the run's budget: `<error type="timeout">`;
   - SKIPPED: `<skipped message=...>`, why;
-  - WARN: passes (a warning must not fail a CI pipeline that gates on FAIL), its warnings in
-    `<system-out>`; `warn_as_failure=True` reports it as `<failure type="WARN">` instead;
-  - OK: passes.
+  - WARN: `<skipped message="WARN CHECK/SUBJECT: ...">`, its warnings in `<system-out>`. A warning
+    is not a pass, and must not fail a CI pipeline that gates on FAIL: a skipped test is what
+    Jenkins's JUnit plugin, GitLab's test report and the GitHub test reporters show as neither
+    passed nor failed (their only such outcome), and the suite's `skipped` counts it;
+    `warn_as_failure=True` reports it as `<failure type="WARN">` instead;
+  - OK: passes (the only status that does).
 - A fleet host that gave no result (unreachable, auth failed) is one `<error>` test `reach`.
 - A benchmark in the document adds one test per configuration (classname `nodeagent.bench`):
   `failed` is a failure, `skipped` skipped, with the throughput in `<system-out>`.
@@ -122,6 +125,7 @@ def _case(run: HostRun, check: CheckRun, warn_as_failure: bool) -> ET.Element:
         skipped = ET.SubElement(case, "skipped", message=_text(_clip(why)))
         skipped.text = _text(why) if len(why) > MAX_MESSAGE else None
     elif status is Status.WARN:
+        ET.SubElement(case, "skipped", message=_text(_clip(f"WARN {_headline(needing)}")))
         ET.SubElement(case, "system-out").text = _text(body)
     return case
 
