@@ -10,6 +10,7 @@ arithmetic, not from nodeagent.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -213,6 +214,45 @@ def test_a_disturbed_block_is_left_out_and_run_again(
     assert result.disturbed == 2 and result.pairs == len(result.blocks) - 2
     assert "2 block(s) disturbed by other processes" in result.notes[0]
     assert result.verdict == stats.FASTER
+
+
+class FixedWorkload:
+    """Blocks whose log(B/A) are `values` in turn, each from an A and a B trial of those rates."""
+
+    label = "fixed"
+    metric = ab.WALL
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = iter(values)
+
+    def block(self, number: int, order: tuple[str, str], switch: ab.Switch, on_trial: ab.TrialFn) -> ab.Block:
+        value = next(self.values)
+        rates = {ab.A: 100.0, ab.B: 100.0 * math.exp(value)}
+        out = ab.Block(
+            number, order, [ab.Trial(2 * number + i, number, s, rates[s], 1.0) for i, s in enumerate(order)]
+        )
+        out.value = value
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def test_trials_that_run_to_the_pair_limit_say_so() -> None:
+    """B and A by turns 20% apart either way: never significant, never precise, so the trials run
+    until the limit, which is why they stopped (the last look decides, but the limit stopped them)."""
+    limits = judged.Job(("x",), pairs=12).limits()
+    result = ab.run_trials(FixedWorkload([0.2, -0.2] * 6), limits, lambda side: None)
+    assert result.pairs == limits.design.limit == 12
+    assert result.stopped == "the pair limit (12) was reached"
+    assert result.verdict == stats.SAME
+
+
+def test_trials_decided_before_the_limit_say_after_how_many_pairs() -> None:
+    limits = judged.Job(("x",), pairs=40).limits()
+    result = ab.run_trials(FixedWorkload([0.3] * 40), limits, lambda side: None)
+    assert result.verdict == stats.FASTER and result.pairs < 40
+    assert result.stopped == f"decided after {result.pairs} pairs"
 
 
 # -- nodeagent verify ------------------------------------------------------------------------------

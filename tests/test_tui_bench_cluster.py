@@ -395,7 +395,7 @@ def test_verify_shows_each_block_as_it_ends_then_the_verdict_and_the_new_record(
             "verdict: B is 3.6% faster than A: B/A = 1.036, 97.5% interval [1.005, 1.051] "
             "(Wilcoxon signed-rank, 10 pairs) 95% interval of B/A: [1.010, 1.046]"
         )
-        assert "stopped: decided after 10 pairs; 10 pair(s)" in verdict
+        assert "stopped: the pair limit (10) was reached; 10 pair(s)" in verdict
         assert "1 block(s) disturbed by other processes" in verdict
         history = table_cells(app, "#verify-history")
         assert [r[:7] for r in history] == [

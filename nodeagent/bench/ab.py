@@ -241,7 +241,9 @@ def run_trials(
                 estimate = paired.analyse(values, design)
             _tell(on_block, block, estimate)
             if estimate is not None and estimate.decided:
-                stopped = f"decided after {len(values)} pairs"
+                # The last look always decides: there the limit, not the answer, stopped the trials.
+                if len(values) < design.limit:
+                    stopped = f"decided after {len(values)} pairs"
                 break
             # The budget counts from the first look on: before it no verdict can be reached.
             if estimate is not None and _spent(limits.budget_s, start):
