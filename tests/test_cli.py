@@ -204,11 +204,15 @@ def facts_table(root: Path) -> str:
 
 
 def row(table: str, first: str) -> list[str]:
-    """The cells of the table row whose first cell is `first`."""
+    """The cells of the row whose first cell is `first`, from the piped form of a table: a line per
+    row, the first cell then each other non-empty cell as `column: value`, two spaces apart; in a
+    table without headers, `name: value`."""
     for line in table.splitlines():
-        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if line.startswith(f"{first}: "):
+            return [first, line[len(first) + 2 :]]
+        cells = line.split("  ")
         if cells[0] == first:
-            return cells
+            return [first, *(cell.split(": ", 1)[1] for cell in cells[1:])]
     raise AssertionError(f"no row {first!r} in:\n{table}")
 
 
