@@ -330,7 +330,7 @@ def test_the_real_tui_in_a_real_terminal(tmp_path: Path) -> None:
     nodeagent = str(Path(sys.executable).with_name("nodeagent"))
     name = f"nodeagent-test-{os.getpid()}"
     with TmuxSession(name, [nodeagent, "tui", "--root", str(VM)], width=100, height=30) as term:
-        screen = term.wait_for("status by area", "AMD EPYC", "Node", "Quit", "NUMA and memory")
+        screen = term.wait_for("status by area", "AMD EPYC", "Screens", "Quit", "NUMA and memory")
         term.wait_for("Kernel and threads", "WARN")  # the checks have run: statuses, not "..."
         term.keys("2")
         screen = term.wait_for("filter: all, all areas")

@@ -21,7 +21,19 @@ if TYPE_CHECKING:
     from nodeagent.tui.screens.bench import BenchScreen
     from nodeagent.tui.screens.tune import TuneScreen
 
-SCREENS = ("overview", "checks", "topology", "tune", "bench", "cluster")
+# The keys 1-6, in order: the mode, a short name, what the screen shows. A screen's own keys
+# and the app's must fit an 80-column footer, so the six show there as one group ("123456 Screens");
+# each one's name and what it shows are its tooltip.
+SCREEN_KEYS = (
+    ("overview", "Node", "Overview: the node at a glance"),
+    ("checks", "Checks", "The findings, their evidence and remediation"),
+    ("topology", "Topo", "The GPU/NIC/NUMA topology"),
+    ("tune", "Tune", "The tuners' plan, apply and revert"),
+    ("bench", "Bench", "The benchmark and the verify of the profile"),
+    ("cluster", "Fleet", "The cluster's hosts"),
+)
+SCREENS = tuple(mode for mode, _, _ in SCREEN_KEYS)
+SCREENS_GROUP = Binding.Group("Screens", compact=True)
 
 
 def _mode(name: str) -> Any:
@@ -41,13 +53,10 @@ class NodeAgentApp(App[None]):
     MODES: ClassVar[dict[str, Any]] = {name: _mode(name) for name in SCREENS}
     COMMANDS = App.COMMANDS | {NodeAgentCommands}  # Textual's own (theme, keys, quit) stay
     BINDINGS: ClassVar[list[BindingType]] = [
-        # Short labels: a screen's own keys and these must fit an 80-column footer.
-        Binding("1", "switch_mode('overview')", "Node", tooltip="Overview: the node at a glance"),
-        Binding("2", "switch_mode('checks')", "Checks"),
-        Binding("3", "switch_mode('topology')", "Topo", tooltip="The GPU/NIC/NUMA topology"),
-        Binding("4", "switch_mode('tune')", "Tune"),
-        Binding("5", "switch_mode('bench')", "Bench"),
-        Binding("6", "switch_mode('cluster')", "Fleet", tooltip="The cluster's hosts"),
+        *(
+            Binding(key, f"switch_mode('{mode}')", name, tooltip=what, group=SCREENS_GROUP)
+            for key, (mode, name, what) in zip("123456", SCREEN_KEYS, strict=True)
+        ),
         Binding("q", "quit", "Quit"),
     ]
 

@@ -10,6 +10,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
@@ -86,8 +87,11 @@ class OverviewScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(Text("reading the node...", style="dim"), id="node")
-        yield Static(id="areas")
+        # In a scroll of its own, focused, so that a node with many NUMA nodes, GPUs or areas
+        # scrolls with the keys between the header and the footer instead of pushing past them.
+        with VerticalScroll(id="overview"):
+            yield Static(Text("reading the node...", style="dim"), id="node")
+            yield Static(id="areas")
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
