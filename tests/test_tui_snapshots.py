@@ -1,6 +1,7 @@
-"""SVG snapshots of every screen at 80x24 and 120x40 (pytest-textual-snapshot; Textual is pinned
-exactly, since its rendering changes between releases). Run `pytest --snapshot-update` after an
-intended change of a screen, and look at the new SVGs in tests/__snapshots__/ before committing."""
+"""SVG snapshots of every screen, and of the help, at 80x24 and 120x40 (pytest-textual-snapshot;
+Textual is pinned exactly, since its rendering changes between releases). Run `pytest
+--snapshot-update` after an intended change of a screen, and look at the new SVGs in
+tests/__snapshots__/ before committing."""
 
 from __future__ import annotations
 
@@ -50,3 +51,18 @@ def test_bench_after_a_verify(size: tuple[int, int], snap_compare: Any) -> None:
 
     app = make_app(FakeBackend(delay_s=0), start="bench")
     assert snap_compare(app, terminal_size=size, run_before=verified)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_help(size: tuple[int, int], snap_compare: Any) -> None:
+    """The help (?) over the Checks screen: its keys, every screen's, then the findings table's."""
+
+    async def opened(pilot: Pilot[None]) -> None:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.press("question_mark")
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    app = make_app(FakeBackend(delay_s=0), start="checks")
+    assert snap_compare(app, terminal_size=size, run_before=opened)

@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from nodeagent.render.literal import shown
-from nodeagent.tui import messages
+from nodeagent.tui import keys, messages
 from nodeagent.tui.commands import NodeAgentCommands
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 # The keys 1-6, in order: the mode, a short name, what the screen shows. A screen's own keys
 # and the app's must fit an 80-column footer, so the six show there as one group ("123456 Screens");
-# each one's name and what it shows are its tooltip.
+# the help (?) lists each with its name and what it shows.
 SCREEN_KEYS = (
     ("overview", "Node", "Overview: the node at a glance"),
     ("checks", "Checks", "The findings, their evidence and remediation"),
@@ -57,8 +57,10 @@ class NodeAgentApp(App[None]):
             Binding(key, f"switch_mode('{mode}')", name, tooltip=what, group=SCREENS_GROUP)
             for key, (mode, name, what) in zip("123456", SCREEN_KEYS, strict=True)
         ),
+        keys.HELP,
         Binding("q", "quit", "Quit"),
     ]
+    BINDING_GROUP_TITLE = "Every screen"  # the help's heading for these keys
 
     def __init__(self, backend: Backend, start: str = "overview") -> None:
         super().__init__()
@@ -117,6 +119,12 @@ class NodeAgentApp(App[None]):
         self.notify(
             f"{message.what}: {message.error}", title="error", severity="error", timeout=10, markup=False
         )
+
+    def action_help(self) -> None:
+        """The keys of the screen on show (a dialog's, over a dialog), read as it is now: the focused
+        widget decides some of them."""
+        screen = self.screen
+        self.push_screen(keys.HelpScreen(keys.sections(screen), keys.title(screen, screen)))
 
     # -- the command palette's actions (commands.py): the screens' own actions and workers -------
     def action_run_checks(self) -> None:

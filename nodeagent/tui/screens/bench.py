@@ -26,6 +26,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from nodeagent.render.literal import lit
+from nodeagent.tui import keys
 from nodeagent.tui.widgets import bench_report, verify_report
 
 if TYPE_CHECKING:
@@ -109,9 +110,11 @@ class HistoryFailed(Message):
 class ConfirmFull(ModalScreen[bool]):
     """The full run takes minutes and loads every CPU: asked once more before it starts."""
 
+    BINDING_GROUP_TITLE = "Full benchmark dialog"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "dismiss(True)", "Start the full benchmark"),
         Binding("n,escape", "dismiss(False)", "Cancel"),
+        keys.HELP,
     ]
 
     def compose(self) -> ComposeResult:
@@ -140,6 +143,7 @@ def hidden_table(table_id: str, columns: tuple[str, ...], cursor: CursorType) ->
 
 
 class BenchScreen(Screen[None]):
+    BINDING_GROUP_TITLE = "Bench screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "start(True)", "Quick", tooltip="Run the quick benchmark (about a minute)"),
         Binding("B", "confirm_full", "Full", tooltip="Run the full benchmark (minutes; asks first)"),

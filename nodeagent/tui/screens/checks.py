@@ -53,6 +53,7 @@ def details(f: Finding) -> Table:
 
 
 class ChecksScreen(Screen[None]):
+    BINDING_GROUP_TITLE = "Checks screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "cycle_filter", "Status", tooltip="Filter by status"),
         Binding("a", "cycle_area", "Area", tooltip="Filter by area"),

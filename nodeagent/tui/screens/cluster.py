@@ -63,6 +63,7 @@ def natural_key(name: str) -> list[Any]:
 class HostScreen(Screen[None]):
     """One host's findings needing attention (or its error), the whole screen for long lists."""
 
+    BINDING_GROUP_TITLE = "Host screen"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back to the fleet")]
 
     def __init__(self, outcome: HostOutcome) -> None:
@@ -80,6 +81,7 @@ class HostScreen(Screen[None]):
 
 
 class ClusterScreen(Screen[None]):
+    BINDING_GROUP_TITLE = "Cluster screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "run", "Run", tooltip="Check every host of the inventory"),
         Binding("d", "toggle_drift", "Drift", tooltip="Show the drift and outliers across hosts"),

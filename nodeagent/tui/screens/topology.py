@@ -252,6 +252,7 @@ class TopologyLoaded(Message):
 
 
 class TopologyScreen(Screen[None]):
+    BINDING_GROUP_TITLE = "Topology screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
     ]

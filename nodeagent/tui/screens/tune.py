@@ -36,6 +36,7 @@ from textual.widgets.option_list import Option
 from nodeagent.api.tune import Change, Plan, Scope
 from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import SCOPE_STYLE, findings_lines
+from nodeagent.tui import keys
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tuning.journal import REVERTED
 
@@ -240,7 +241,8 @@ class Reverted(Message):
 class JournalPicker(ModalScreen[str | None]):
     """Which journal to revert, newest first; Enter chooses, Escape cancels."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDING_GROUP_TITLE = "Journal picker"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel"), keys.HELP]
 
     def __init__(self, journals: list[Journal]) -> None:
         super().__init__()
@@ -275,6 +277,7 @@ class JournalPicker(ModalScreen[str | None]):
 
 
 class TuneScreen(Screen[None]):
+    BINDING_GROUP_TITLE = "Tune screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_change", "Toggle"),
         Binding("a", "toggle_all_changes", "All", tooltip="Select all changes, or none"),

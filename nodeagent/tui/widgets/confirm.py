@@ -15,13 +15,16 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from nodeagent.render.literal import lit
+from nodeagent.tui import keys
 
 
 class ConfirmScreen(ModalScreen[bool]):
+    BINDING_GROUP_TITLE = "Confirmation"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),
         Binding("escape", "answer(False)", "No", show=False),
+        keys.HELP,
     ]
 
     def __init__(self, question: str, detail: str = "") -> None:

@@ -108,6 +108,7 @@ def host_detail(outcome: HostOutcome) -> Group:
 class HostTile(Static, can_focus=True):
     """A host: pending ("...") until its outcome arrives, then coloured by its worst status."""
 
+    BINDING_GROUP_TITLE = "The selected host"  # the heading of these keys in the help (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "screen.open_host", "Host", tooltip="This host's findings"),
         Binding("left", "screen.move_tile(-1, 0)", "Previous host", show=False),
