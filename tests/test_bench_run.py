@@ -215,6 +215,9 @@ def test_run_bench_on_fake_workers(
     assert result.bound.value == result.bound.stage
     tuned = result.configs["tuned"]
     assert tuned.fraction_of_bound == pytest.approx(150 / 180, rel=0.03)
+    assert result.configs["naive"].fraction_of_bound == pytest.approx(100 / 180, rel=0.03)
+    # The stages make the bound: no share of it (input_only would be 200 / 180).
+    assert [result.configs[s].fraction_of_bound for s in run.STAGES] == [None, None]
     assert tuned.diagnosis is not None and tuned.diagnosis.startswith("input-bound")  # waits 40%
     assert result.configs["input_only"].input_wait_fraction is None
     assert result.verdicts["tuned_vs_naive"]["verdict"] == stats.FASTER
@@ -246,6 +249,7 @@ def test_run_bench_on_fake_workers(
     assert set(naive["images_per_s"]) >= {"median", "ci95", "samples"}
     assert len(naive["images_per_s"]["samples"]) == 2 * run.QUICK.repeats
     assert set(naive) >= {"input_wait_fraction", "fraction_of_bound", "diagnosis"}
+    assert doc["configs"]["input_only"]["fraction_of_bound"] is None
     assert set(doc["bound"]) >= {"stage", "cpu_budget"}
     assert set(doc["verdict"]) >= {"tuned_vs_naive", "tuned_vs_autotune"}
 
@@ -350,6 +354,10 @@ def test_bound_is_the_smaller_of_stage_and_cpu_budget() -> None:
     assert b.value == pytest.approx(200)
     run.finish(configs, b)
     assert configs["naive"].fraction_of_bound == pytest.approx(51.5 / 200)
+    # Both stages are faster alone than the budget lets them run together (301.5 and 251.5 against
+    # 200): they are what the bound is made of, not configs it bounds.
+    assert configs["input_only"].fraction_of_bound is None
+    assert configs["compute_only"].fraction_of_bound is None
     assert configs["naive"].diagnosis == "input-bound: waits on input 60% of the time (> 25%)"
     assert configs["input_only"].diagnosis is not None and "stage bound" in configs["input_only"].diagnosis
 
@@ -410,12 +418,15 @@ def test_quick_bench_end_to_end(tmp_path: Path) -> None:
         lo, hi = ips["ci95"]
         assert 0 < lo <= ips["median"] <= hi
         assert len(ips["samples"]) == run.QUICK.repeats and all(v > 0 for v in ips["samples"])
-        assert c["fraction_of_bound"] > 0 and c["cpu_seconds_per_image"] > 0
+        assert c["cpu_seconds_per_image"] > 0
         assert c["diagnosis"]
         wait = c["input_wait_fraction"]
-        if name in run.STAGES:
-            assert wait is None
-        else:  # a share of the loop's time: 0 is possible (a perfectly fed step)
+        if name in run.STAGES:  # the bound is made of them: no share of it
+            assert wait is None and c["fraction_of_bound"] is None
+        else:
+            assert (
+                c["fraction_of_bound"] > 0
+            )  # a share of the loop's time: 0 is possible (a perfectly fed step)
             assert 0 <= wait <= 1
             assert c["diagnosis"].startswith("input-bound" if wait > run.INPUT_BOUND else "compute-bound")
     # Its stderr, a pipe here, told each configuration as it went (one process each in quick mode):

@@ -89,6 +89,15 @@ class GatedBench(FakeBackend):
 
 
 @dataclass
+class MeasuredBench(FakeBackend):
+    """The benchmark that `nodeagent bench` runs (nodeagent.bench.run.run_bench: its workers, the
+    bound and the fractions), on tests/fake_bench.py's workers (the `fake_worker` fixture)."""
+
+    def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
+        return run.run_bench(quick, on_progress=on_progress)
+
+
+@dataclass
 class NoTensorFlow(FakeBackend):
     def bench(self, quick: bool, on_progress: Callable[[Progress], None]) -> BenchResult:
         raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
@@ -191,13 +200,56 @@ def test_bench_progress_advances_then_verdict_table_and_chart_appear() -> None:
         }
         assert rows["naive"][:7] == ["naive", "ok", "530.0", "[508.8,", "551.2]", "±4.0%", "0.53"]
         assert rows["tuned"][2:5] == ["894.0", "[858.2,", "929.8]"]
-        assert rows["compute_only"][-1] == "10%"
-        assert "bound: 888.0 images/s" in text_of(app, "#bench-notes")
+        assert rows["compute_only"][-2:] == ["-", "-"]  # of bound, wait: a stage has neither
+        assert "bound on naive, autotune, tuned: 1000.0 images/s" in text_of(app, "#bench-notes")
         plot = app.screen.query_one(PlotextPlot)
         assert plot.display
         chart = plain(plot.render())
-        for label in ("naive 509-551", "autotune 834-904", "tuned 858-930", "bound 888"):
+        for label in ("naive 509-551", "autotune 834-904", "tuned 858-930", "bound 1000"):
             assert label in chart
+
+    drive(app, steps)
+
+
+# The fake workers' throughputs (images/s) and CPU-seconds per image (tests/fake_bench.py), with
+# stages that are fast alone: the CPU budget, 2 CPUs / (0.004 + 0.006) = 200 images/s, is the bound,
+# below the stage bound min(244, 360) = 244.
+MEASURED = {"naive": 100.0, "autotune": 140.0, "input_only": 244.0, "compute_only": 360.0}
+MEASURED_BOUND = 2 / (0.004 + 0.006)
+
+
+def of_bound(row: list[str]) -> str:
+    """A row's "of bound" cell: the sixth column (config, status, median, "[lo, hi] +-x%", ...)."""
+    return row[6] if len(row) > 6 else row[4]  # a config that did not run: "-" in every column
+
+
+def test_of_bound_is_a_share_of_a_bound_on_the_config(
+    fake_worker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stages are what the bound is made of: they have no share of it (here they would read
+    244 / 200 = 1.22 and 360 / 200 = 1.80); naive and autotune are 100 / 200 and 140 / 200."""
+    for name, speed in MEASURED.items():
+        monkeypatch.setenv(f"FAKE_SPEED_{name.upper()}", str(speed))
+    app = make_app(MeasuredBench(delay_s=0), start="bench")
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        await pilot.press("b")
+        screen = app.screen
+        assert isinstance(screen, BenchScreen)
+        await until(pilot, lambda: screen.result is not None, "the benchmark's result", timeout_s=60)
+        await settle(pilot)
+        rows = {
+            line.split()[0]: line.split()
+            for line in text_of(app, "#bench-table").splitlines()
+            if line.strip()
+        }
+        for name in ("naive", "autotune"):  # the fake workers' jitter: within 1.5% of their speed
+            assert float(of_bound(rows[name])) == pytest.approx(MEASURED[name] / MEASURED_BOUND, abs=0.02)
+        assert of_bound(rows["input_only"]) == "-" and of_bound(rows["compute_only"]) == "-"
+        assert rows["tuned"][1] == "skipped"  # no profile in the fake's state folder
+        notes = text_of(app, "#bench-notes")
+        assert "bound on naive, autotune, tuned: 200.0 images/s" in " ".join(notes.split())
 
     drive(app, steps)
 

@@ -617,12 +617,17 @@ def bounds(configs: Mapping[str, ConfigResult], cpus: int | None) -> Bound:
 
 
 def finish(configs: dict[str, ConfigResult], bound: Bound) -> None:
-    """Fractions of the bound and diagnoses, in place."""
+    """Diagnoses, and each training config's fraction of the bound, in place.
+
+    The stages (input_only, compute_only) get none: the bound is made of them, each measured alone
+    with every CPU, and bounds the pipelines that run both at once, not the stages themselves. It
+    is at most the slower stage, so the faster one is above 1 by construction, and when the CPU
+    budget (their CPU costs added) is the smaller, the slower one is usually above 1 too."""
     for c in configs.values():
         if c.status != OK or c.summary is None:
             continue
         c.diagnosis = diagnose(c.name, c.input_wait_fraction)
-        if bound.value:
+        if bound.value and c.name not in STAGES:
             c.fraction_of_bound = c.summary.median / bound.value
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from nodeagent.bench import run, stats
+from nodeagent.bench import TRAINING_CONFIGS, run, stats
 from nodeagent.bench.run import BenchResult, shown_number
 from nodeagent.render.literal import lit, one_line
 from nodeagent.render.sheet import Column, Part, Sheet, show
@@ -37,7 +37,7 @@ def bench_parts(result: BenchResult) -> list[Part]:
             f"bound: stage {shown_number(b.stage)} images/s (min of input_only, compute_only); CPU budget "
             f"{shown_number(b.cpu_budget)} images/s ({b.cpus or '?'} CPUs / CPU-s per image of input + "
             "compute); "
-            f"fractions are of the smaller, {shown_number(b.value)}"
+            f"the fractions of {', '.join(TRAINING_CONFIGS)} are of the smaller, {shown_number(b.value)}"
         )
     for key, v in result.verdicts.items():
         a, _, ref = key.partition("_vs_")

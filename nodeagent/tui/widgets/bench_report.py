@@ -14,7 +14,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from nodeagent.bench import run, stats
+from nodeagent.bench import TRAINING_CONFIGS, run, stats
 from nodeagent.render.literal import lit, lits
 
 if TYPE_CHECKING:
@@ -164,10 +164,12 @@ def results_notes(result: run.BenchResult) -> Group:
     if b.value is None:
         lines.append(Text("bound: unknown (input_only and compute_only must both run)", style="dim"))
     else:
+        # Named for what it bounds: the stages are what it is made of, and have no share of it.
         lines.append(
             Text(
-                f"bound: {b.value:.1f} images/s, the smaller of the stage bound ({_num(b.stage)}) and the "
-                f"CPU budget ({_num(b.cpu_budget)}, {b.cpus or '?'} CPUs)"
+                f"bound on {', '.join(TRAINING_CONFIGS)}: {b.value:.1f} images/s, the smaller of the "
+                f"slower stage run alone ({_num(b.stage)}) and the CPU budget ({_num(b.cpu_budget)}, "
+                f"{b.cpus or '?'} CPUs)"
             )
         )
     for c in result.configs.values():
