@@ -127,10 +127,6 @@ class Facts:
     rdma_ports: int = 0  # ports under /sys/class/infiniband: the memlock limit then caps their jobs
 
 
-def _sysctl_path(name: str) -> str:
-    return "/proc/sys/" + name.replace(".", "/")
-
-
 def _active_scheduler(raw: str) -> str | None:
     """ "none [mq-deadline] kyber" -> "mq-deadline"; bio-based devices print a bare "none"."""
     chosen = parse.selected(raw)
@@ -204,7 +200,7 @@ def _bytes(n: int) -> str:
 
 
 def _swappiness(f: Facts, p: Params) -> Finding:
-    path = _sysctl_path(SWAPPINESS)
+    path = system.sysctl_path(SWAPPINESS)
     raw = f.sysctls.get(SWAPPINESS)
     if raw is None:
         return Finding(
@@ -264,7 +260,7 @@ def _swappiness_judged(value: int, swap_total_kb: int | None, evidence: dict[str
 def _net_core(f: Facts, p: Params) -> Finding:
     wanted = {RMEM_MAX: p.min_rmem_max, WMEM_MAX: p.min_wmem_max, NETDEV_BACKLOG: p.min_netdev_max_backlog}
     raw = {name: f.sysctls.get(name) for name in NET_SYSCTLS}
-    evidence = {_sysctl_path(n): v if v is not None else "(absent)" for n, v in raw.items()}
+    evidence = {system.sysctl_path(n): v if v is not None else "(absent)" for n, v in raw.items()}
     if all(v is None for v in raw.values()):
         return Finding(
             ID,
@@ -549,7 +545,7 @@ CHECK = Check(
     evaluate=evaluate,
     params=Params,
     paths=(
-        *(_sysctl_path(n) for n in (SWAPPINESS, *NET_SYSCTLS)),
+        *(system.sysctl_path(n) for n in (SWAPPINESS, *NET_SYSCTLS)),
         MEMINFO,
         *(f"{d}/*/queue/{a}" for d in BLOCK_DIRS for a in ("scheduler", "rotational")),
         limits_facts.LIMITS_PATH,

@@ -64,10 +64,6 @@ def collect(host: Host) -> Facts:
     )
 
 
-def _sysctl_path(name: str) -> str:
-    return "/proc/sys/" + name.replace(".", "/")
-
-
 def _layout(t: Topology, p: Params) -> list[Finding]:
     cpu_nodes = [n for n in t.numa_nodes if n.cpus]
     evidence = {f"{NODE_DIR}/node{n.id}/cpulist": format_cpulist(n.cpus) or "(none)" for n in t.numa_nodes}
@@ -219,7 +215,7 @@ def sysctl_accepted(raw: str, want: int) -> bool:
 def _sysctl(name: str, raw: str | None, want: int, why: str) -> Finding | None:
     if raw is None:
         return None
-    evidence = {_sysctl_path(name): raw}
+    evidence = {system.sysctl_path(name): raw}
     if sysctl_accepted(raw, want):
         return Finding(ID, Status.OK, f"{name} = {raw}", evidence, expected=str(want), subject=name)
     return Finding(
@@ -316,8 +312,8 @@ CHECK = Check(
     params=Params,
     paths=(
         *topology.PATHS,
-        _sysctl_path(NUMA_BALANCING),
-        _sysctl_path(ZONE_RECLAIM),
+        system.sysctl_path(NUMA_BALANCING),
+        system.sysctl_path(ZONE_RECLAIM),
         f"{CPU_DIR}/smt/active",
     ),
 )

@@ -94,12 +94,14 @@ def make_params(owner: str, params: type[P], overrides: Mapping[str, Any] | None
             known = ", ".join(sorted(fields)) or "none"
             raise UsageError(f"{owner}: unknown parameter {name!r} (known: {known})")
         default = fields[name].default
-        if default is not dataclasses.MISSING and default is not None and not _same_kind(default, value):
+        if default is not dataclasses.MISSING and default is not None and not same_kind(default, value):
             raise UsageError(f"{owner}: parameter {name!r} wants {type(default).__name__}, got {value!r}")
     return params(**overrides)
 
 
-def _same_kind(default: object, value: object) -> bool:
+def same_kind(default: object, value: object) -> bool:
+    """Whether `value` may stand for a parameter whose default is `default`: a bool only for a bool,
+    any number for a number, any sequence for a tuple or list (YAML and JSON give lists)."""
     if isinstance(default, bool) or isinstance(value, bool):
         return isinstance(default, bool) and isinstance(value, bool)
     if isinstance(default, (int, float)):

@@ -132,6 +132,11 @@ def virtual_machine(dmi: dict[str, str], cpuinfo: str | None) -> str | None:
     return None
 
 
+def sysctl_path(name: str) -> str:
+    """A sysctl's file: "vm.swappiness" -> /proc/sys/vm/swappiness (sysctl(8))."""
+    return "/proc/sys/" + name.replace(".", "/")
+
+
 def sysctl(host: Host, name: str) -> str | None:
     """A sysctl by its dotted name ("vm.swappiness"), read from /proc/sys; None when absent."""
-    return host.read_value("/proc/sys/" + name.replace(".", "/"))
+    return host.read_value(sysctl_path(name))

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from nodeagent.api.check import same_kind
 from nodeagent.compare import hardware
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import Document, Loc, did_you_mean, show_value
@@ -369,7 +370,7 @@ def parameters(doc: Document, loc: Loc, owner: Any, given: Mapping[str, Any]) ->
                 hint = did_you_mean(name, fields, "parameters")
                 doc.fail((*loc, name), f"{kind} {owner.id} has no parameter {name!r}; {hint}")
             default = fields[name].default
-            if default is not dataclasses.MISSING and default is not None and not _same_kind(default, value):
+            if default is not dataclasses.MISSING and default is not None and not same_kind(default, value):
                 doc.fail(
                     (*loc, name),
                     f"must be {_kind_words(default)} like its default {_shown(default)} "
@@ -380,17 +381,6 @@ def parameters(doc: Document, loc: Loc, owner: Any, given: Mapping[str, Any]) ->
     if len(out) == len(given):  # together only when each is right alone: no echo of its mistake
         _made(doc, loc, owner, out)
     return out
-
-
-def _same_kind(default: object, value: object) -> bool:
-    """As nodeagent.api.check.make_params judges a parameter's type."""
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(default, bool) and isinstance(value, bool)
-    if isinstance(default, int | float):
-        return isinstance(value, int | float)
-    if isinstance(default, tuple | list):
-        return isinstance(value, tuple | list)
-    return isinstance(value, type(default))
 
 
 def _kind_words(default: object) -> str:
