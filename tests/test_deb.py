@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.wheel_contents import version
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("deb"), pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "tests" / "deb_root.py"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+VERSION = version()
 BUILD_TIMEOUT_S = 900
 SCENARIO_TIMEOUT_S = 900
 TEXTFILE = "/var/lib/prometheus/node-exporter/nodeagent.prom"

@@ -32,11 +32,7 @@ from typing import Any
 import pytest
 
 from tests.golden_docs import stable
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: tomli, which `build` (the test extra) installs there
-    import tomli as tomllib
+from tests.wheel_contents import version
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("image"), pytest.mark.timeout(1800)]
 
@@ -49,13 +45,6 @@ RUN_TIMEOUT_S = 300
 EXIT_CODES = {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-
-
-def version() -> str:
-    with (REPO / "pyproject.toml").open("rb") as f:
-        value = tomllib.load(f)["project"]["version"]
-    assert isinstance(value, str)
-    return value
 
 
 REF = f"nodeagent:{version()}"

@@ -12,7 +12,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,7 @@ import yaml
 
 from nodeagent import integrations
 from tests.livemount import BIND, NODEAGENT, Namespace, clean_env, live_namespace
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: tomli, which `build` (the test extra) installs there
-    import tomli as tomllib
+from tests.wheel_contents import version
 
 kubernetes_validate = pytest.importorskip(
     "kubernetes_validate", reason="kubernetes-validate is not installed (pip install -e '.[test]')"
@@ -138,10 +133,8 @@ def test_the_manifests_name_the_built_image_by_its_version(container: Any) -> No
     """The image `make image` builds is nodeagent:VERSION, VERSION pyproject.toml's: a manifest names
     it in a registry (a bare `nodeagent` would be pulled from Docker Hub's library, not ours), by
     that tag (`latest` or another version would run what was not tested with these manifests)."""
-    with (REPO / "pyproject.toml").open("rb") as f:
-        version = tomllib.load(f)["project"]["version"]
     repository, _, tag = container()["image"].rpartition(":")
-    assert tag == version
+    assert tag == version()
     assert repository.endswith("/nodeagent") and "." in repository.split("/")[0]  # a registry host
 
 

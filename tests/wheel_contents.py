@@ -29,7 +29,15 @@ NOT_SHIPPED = {
 
 def pyproject() -> dict[str, Any]:
     with (REPO / "pyproject.toml").open("rb") as f:
-        return tomllib.load(f)
+        config: dict[str, Any] = tomllib.load(f)
+    return config
+
+
+def version() -> str:
+    """nodeagent's version, as pyproject.toml sets it (the package's, the image's tag)."""
+    value = pyproject()["project"]["version"]
+    assert isinstance(value, str)
+    return value
 
 
 def setuptools_config(config: dict[str, Any]) -> dict[str, Any]:

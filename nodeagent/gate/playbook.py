@@ -13,6 +13,7 @@ file names that file, a missing include names the line of the `include:` entry.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -36,7 +37,10 @@ from nodeagent.gate import schema
 from nodeagent.gate.thresholds import Threshold, is_glob
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:
+        from importlib.abc import Traversable
 
 __all__ = ["BenchSettings", "Playbook", "Threshold", "Value", "list_playbooks", "load_playbook"]
 
