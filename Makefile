@@ -91,8 +91,8 @@ PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
 # test on the other CPU would be what they measure; or they switch a machine-wide value (this
 # machine's THP) that a live check beside them would read. They run after the others, one at a time.
 test: system-packages $(VENV)/.installed-test bytecode lint typecheck
-	$(BIN)/pytest -q -m "not solo" $(PYTEST_PARALLEL)
-	$(BIN)/pytest -q -m solo
+	$(BIN)/pytest -q -m "not solo" --durations=30 $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -m solo --durations=10
 
 # The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite),
 # stopping at the first failure; no lint, no typecheck. `make test` still runs everything.
@@ -198,8 +198,8 @@ deb: $(VENV)/.installed
 	echo "built $$(ls $(DEB)/*.deb) ($$(du -m $(DEB)/*.deb | cut -f1) MB) in $$SECONDS s"
 
 # nodeagent as an OCI image, built without a container daemon from Debian's packages (mmdebstrap,
-# umoci): build/image/nodeagent-VERSION.oci.tar, tagged with the version of pyproject.toml (the one
-# place it is set), which the Kubernetes manifests name. How: build-aux/image.sh. Root only.
+# umoci): build/image/nodeagent-VERSION.oci.tar, tagged with VERSION, which the Kubernetes manifests
+# name. How: build-aux/image.sh. Root only.
 image: $(VENV)/.installed
 	@build-aux/image.sh $(VERSION) $(BIN)/python
 
