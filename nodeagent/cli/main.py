@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -763,14 +764,23 @@ def exec_(
         raise UsageError("--every sets how often --measure reports: add --measure, or drop --every")
     if measure and dry_run:
         raise UsageError("--dry-run runs nothing, so there is nothing to --measure: drop one of them")
+
+    def warn(warning: str) -> None:
+        click.echo(f"nodeagent exec: warning: {warning}", err=True)
+
+    launch, machine = launcher.plan(profile_name, local_rank, list(command), warn, dry_run, named)
+    if dry_run:
+        click.echo(json.dumps(launch.to_dict(os.environ), indent=2))
+        return
+    for note in launch.notes:
+        click.echo(f"nodeagent exec: note: {note}", err=True)
+    env = launcher.enter(launch, machine, warn)
     if not measure:
-        sys.exit(launcher.run(profile_name, local_rank, list(command), dry_run=dry_run, named=named))
+        launcher.execute(launch, env)  # returns only by raising: the job replaces this process
 
     from nodeagent.bench import measure as measuring
     from nodeagent.render import measure as measure_text
 
-    launch, machine = launcher.plan(profile_name, local_rank, list(command), named=named)
-    env = launcher.enter(launch, machine)
     outcome = measuring.run_measured(launch.argv, every, env, len(launch.cpus) if launch.cpus else None)
     for line in measure_text.lines(outcome):
         click.echo(line, err=True)

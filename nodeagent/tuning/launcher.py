@@ -45,6 +45,9 @@ from nodeagent.core import jsondoc, parse
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import profile
 
+# Where the launcher says what it could not do as the profile asks (the job still runs): the face
+# prints it before the job starts.
+Warn = Callable[[str], None]
 # Where launchers put the rank of a process on its node, most specific first.
 # HOROVOD_LOCAL_RANK: horovodrun in Gloo mode sets only this one.
 RANK_VARS = (
@@ -465,36 +468,36 @@ def _bind_by_syscalls(launch: Launch, machine: Machine) -> None:
             ) from None
 
 
-def _raise_memlock(soft: int) -> None:
-    """A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it."""
+def _raise_memlock(soft: int) -> list[str]:
+    """A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it.
+    Returns what could not be done."""
+    warnings = []
     _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     want = soft
     if hard != resource.RLIM_INFINITY and (want == resource.RLIM_INFINITY or want > hard):
         want = hard
-        print(
-            f"nodeagent exec: warning: memlock hard limit is {hard} bytes: soft limit raised to it only",
-            file=sys.stderr,
-        )
+        warnings.append(f"memlock hard limit is {hard} bytes: soft limit raised to it only")
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (want, hard))
     except (OSError, ValueError) as e:
-        print(f"nodeagent exec: warning: cannot raise the memlock limit ({e})", file=sys.stderr)
+        warnings.append(f"cannot raise the memlock limit ({e})")
+    return warnings
 
 
-def enter(launch: Launch, machine: Machine) -> dict[str, str]:
+def enter(launch: Launch, machine: Machine, warn: Warn) -> dict[str, str]:
     """Bind this process, raise its memlock limit and hold the wake-up latency request: what the
-    job inherits, through execve(2) or fork(2) alike. Returns the job's environment."""
-    for note in launch.notes:
-        print(f"nodeagent exec: note: {note}", file=sys.stderr)
+    job inherits, through execve(2) or fork(2) alike. Returns the job's environment; what could not
+    be done goes to `warn` (the job still runs)."""
     if launch.binding == "syscalls":
         _bind_by_syscalls(launch, machine)
     env = dict(launch.env)
     if launch.memlock_soft is not None:
-        _raise_memlock(launch.memlock_soft)
+        for warning in _raise_memlock(launch.memlock_soft):
+            warn(warning)
     if launch.dma_latency_us is not None:
-        fd, warning = hold_dma_latency(launch.dma_latency_us)
-        if fd is None:
-            print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
+        fd, refused = hold_dma_latency(launch.dma_latency_us)
+        if refused is not None:
+            warn(refused)
         else:
             env[DMA_LATENCY_ENV] = str(fd)
     return env
@@ -506,9 +509,8 @@ def _cannot_execute(argv0: str, error: OSError) -> UsageError:
     return err
 
 
-def execute(launch: Launch, machine: Machine) -> None:
-    """Bind, hold, and exec the command; returns only by raising."""
-    env = enter(launch, machine)
+def execute(launch: Launch, env: dict[str, str]) -> None:
+    """Exec the command (after `enter`) with `env`; returns only by raising."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -550,12 +552,13 @@ def plan(
     profile_name: str,
     local_rank: int | None,
     command: list[str],
+    warn: Warn,
     dry_run: bool = False,
     named: bool = False,
 ) -> tuple[Launch, Machine]:
     """The launch of `nodeagent exec` and the machine it was checked against.
 
-    Without the default profile the job runs unchanged, after one warning on stderr: the shipped
+    Without the default profile the job runs unchanged, after one warning: the shipped
     launchers (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and
     a node where nobody ran `tune --apply` must still run the job, as it would without nodeagent.
     A profile the user `named` (--profile) that is not there is an error (exit 64), and so is one
@@ -568,27 +571,14 @@ def plan(
     machine = read_machine()
     if doc is None:
         warning = no_profile_warning(profile_name, path)
-        print(f"nodeagent exec: warning: {warning}", file=sys.stderr)
+        warn(warning)  # before the job's command is looked for: a missing one still ends in 127
         # An empty profile: no binding, no environment, no hook but the measuring one a caller
         # asked for (NODEAGENT_MEASURE_DIR). The rank selects nothing, so a launcher's rank
         # variable is not even parsed: the job runs exactly as it would without us.
         launch = prepare({}, str(path), command, local_rank or 0, os.environ, machine)
         launch.rank_source = "none (no profile)"
-        if dry_run:
+        if dry_run:  # shown in the launch it prints
             launch.notes.append(warning)
     else:
         launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
     return launch, machine
-
-
-def run(
-    profile_name: str, local_rank: int | None, command: list[str], dry_run: bool = False, named: bool = False
-) -> int:
-    """`nodeagent exec`: prepare the launch and exec it (or print it with dry_run); `named`: the
-    profile was given by name, so it must exist (see `plan`)."""
-    launch, machine = plan(profile_name, local_rank, command, dry_run, named)
-    if dry_run:
-        print(json.dumps(launch.to_dict(os.environ), indent=2))
-        return 0
-    execute(launch, machine)
-    return 0  # not reached: execvpe replaced this process
