@@ -115,8 +115,11 @@ def assert_sane(run: Run, one_line_error: bool = False) -> None:
     assert "Traceback" not in run.stderr, f"{label}:\n{run.stderr[-3000:]}"
     assert run.max_rss_mb < MAX_RSS_MB, f"{label}: {run.max_rss_mb:.0f} MB"
     if one_line_error and run.returncode == 64:
+        # One line per mistake (a file with several reports each, by line), each a whole message.
         lines = [line for line in run.stderr.splitlines() if line.strip()]
-        assert len(lines) == 1, f"{label}: {len(lines)} lines on stderr:\n{run.stderr[-3000:]}"
+        assert lines, f"{label}: exit 64 with nothing on stderr"
+        assert all(line.startswith("nodeagent: error: ") for line in lines), f"{label}:\n{run.stderr[-3000:]}"
+        assert len(set(lines)) == len(lines), f"{label}: a mistake reported twice:\n{run.stderr[-3000:]}"
 
 
 def listing(folder: Path) -> set[str]:
