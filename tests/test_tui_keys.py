@@ -14,8 +14,9 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header
 
 from nodeagent.tui import screens
-from nodeagent.tui.app import SCREENS, NodeAgentApp, make_app
+from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.keys import HelpScreen, Section
+from nodeagent.tui.screen_table import MODES as SCREENS
 from nodeagent.tui.screens.bench import ConfirmFull
 from nodeagent.tui.screens.checks import ChecksScreen
 from nodeagent.tui.widgets.host_tile import HostTile

@@ -13,8 +13,9 @@ from textual.widgets import DataTable
 
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult
-from nodeagent.tui.app import SCREENS, NodeAgentApp, make_app
+from nodeagent.tui.app import NodeAgentApp, make_app
 from nodeagent.tui.commands import COMMANDS, SCREEN_COMMANDS
+from nodeagent.tui.screen_table import MODES as SCREENS
 from nodeagent.tui.screens.bench import BenchScreen, ConfirmFull
 from nodeagent.tui.screens.topology import TopologyScreen
 from nodeagent.tui.screens.tune import TuneScreen
@@ -59,6 +60,20 @@ def test_every_command_is_an_action_of_the_app_and_every_screen_has_one() -> Non
         name, _args = parse(command.action)[1:]
         assert callable(getattr(NodeAgentApp, f"action_{name}", None)), command
     assert [parse(c.action)[2] for c in SCREEN_COMMANDS] == [(s,) for s in SCREENS]
+
+
+def test_every_screen_of_the_table_is_a_results_screen_and_a_choice_of_the_cli() -> None:
+    """A screen added to nodeagent.tui.screen_table is a mode, a key, a palette entry and a
+    `--screen` value at once; its class must take the results the app forwards."""
+    from nodeagent.cli.main import tui
+    from nodeagent.tui.screens import SCREEN_CLASSES
+    from nodeagent.tui.screens.base import NodeAgentScreen
+
+    choice = next(p for p in tui.params if p.name == "screen").type
+    assert tuple(choice.choices) == SCREENS  # type: ignore[attr-defined]
+    assert set(NodeAgentApp.MODES) == set(SCREENS) == set(SCREEN_CLASSES)
+    for mode in SCREENS:
+        assert issubclass(SCREEN_CLASSES[mode], NodeAgentScreen), mode
 
 
 def test_the_palette_lists_nodeagents_commands_and_textuals() -> None:

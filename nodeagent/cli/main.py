@@ -38,6 +38,7 @@ from nodeagent.cli.verify import metric_option, pairs_option, trial_timeout_opti
 from nodeagent.cli.verify import register as register_verify_commands
 from nodeagent.core import interrupt, limits
 from nodeagent.core.errors import UsageError
+from nodeagent.tui import screen_table
 
 if TYPE_CHECKING:
     from nodeagent.cluster.bandwidth.plan import Params as BandwidthParams
@@ -792,7 +793,7 @@ def exec_(
 @click.option("--cluster", metavar="HOSTS.YML", help="The inventory the Cluster screen checks over SSH.")
 @click.option(
     "--screen",
-    type=click.Choice(["overview", "checks", "topology", "tune", "bench", "cluster"]),
+    type=click.Choice(screen_table.MODES),
     default=None,
     help="The screen to start on (default: overview, or cluster with --cluster).",
 )

@@ -14,6 +14,9 @@ from textual.screen import Screen
 from nodeagent.render.literal import shown
 from nodeagent.tui import keys, messages
 from nodeagent.tui.commands import NodeAgentCommands
+from nodeagent.tui.screen_table import FIRST, SCREENS, described
+from nodeagent.tui.screen_table import MODES as SCREEN_MODES
+from nodeagent.tui.screens.base import NodeAgentScreen
 
 if TYPE_CHECKING:
     from nodeagent.engine import CheckResult
@@ -21,19 +24,9 @@ if TYPE_CHECKING:
     from nodeagent.tui.screens.bench import BenchScreen
     from nodeagent.tui.screens.tune import TuneScreen
 
-# The keys 1-6, in order: the mode, a short name, what the screen shows. A screen's own keys
-# and the app's must fit an 80-column footer, so the six show there as one group ("123456 Screens");
-# the help (?) lists each with its name and what it shows.
-SCREEN_KEYS = (
-    ("overview", "Node", "Overview: the node at a glance"),
-    ("checks", "Checks", "The findings, their evidence and remediation"),
-    ("topology", "Topo", "The GPU/NIC/NUMA topology"),
-    ("tune", "Tune", "The tuners' plan, apply and revert"),
-    ("bench", "Bench", "The benchmark and the verify of the profile"),
-    ("cluster", "Fleet", "The cluster's hosts"),
-)
-SCREENS = tuple(mode for mode, _, _ in SCREEN_KEYS)
-SCREENS_GROUP = Binding.Group("Screens", compact=True)
+# The screens' keys show in the footer as one group ("123456 Screens"), so that a screen's own keys
+# and the app's fit an 80-column footer; the help (?) lists each with its name and what it shows.
+GROUP = Binding.Group("Screens", compact=True)
 
 
 def _mode(name: str) -> Any:
@@ -50,22 +43,28 @@ def _mode(name: str) -> Any:
 class NodeAgentApp(App[None]):
     CSS_PATH = "nodeagent.tcss"
     TITLE = "nodeagent"
-    MODES: ClassVar[dict[str, Any]] = {name: _mode(name) for name in SCREENS}
+    MODES: ClassVar[dict[str, Any]] = {name: _mode(name) for name in SCREEN_MODES}
     COMMANDS = App.COMMANDS | {NodeAgentCommands}  # Textual's own (theme, keys, quit) stay
     BINDINGS: ClassVar[list[BindingType]] = [
         *(
-            Binding(key, f"switch_mode('{mode}')", name, tooltip=what, group=SCREENS_GROUP)
-            for key, (mode, name, what) in zip("123456", SCREEN_KEYS, strict=True)
+            Binding(
+                s.key,
+                f"switch_mode('{s.mode}')",
+                s.short,
+                tooltip=described(s),
+                group=GROUP,
+            )
+            for s in SCREENS
         ),
         keys.HELP,
         Binding("q", "quit", "Quit"),
     ]
     BINDING_GROUP_TITLE = "Every screen"  # the help's heading for these keys
 
-    def __init__(self, backend: Backend, start: str = "overview") -> None:
+    def __init__(self, backend: Backend, start: str = FIRST) -> None:
         super().__init__()
         self.backend = backend
-        self.start_mode = start if start in SCREENS else "overview"
+        self.start_mode = start if start in SCREEN_MODES else FIRST
         # Shared by every screen: the latest result of each check, and which are running.
         self.results: dict[str, CheckResult] = {}
         self.running: set[str] = set()
@@ -92,8 +91,6 @@ class NodeAgentApp(App[None]):
             ids = list(only) if only else [c.id for c in self.backend.checks()]
             self.post_message(messages.ChecksStarted(ids))
             for result in self.backend.run_checks(ids if only else ()):
-                for finding in result.findings:
-                    self.post_message(messages.FindingArrived(finding))
                 self.post_message(messages.CheckFinished(result))
             self.post_message(messages.ChecksDone(ids))
         except Exception as e:  # the engine isolates checks; this is the backend itself failing
@@ -106,9 +103,6 @@ class NodeAgentApp(App[None]):
     def on_check_finished(self, message: messages.CheckFinished) -> None:
         self.results[message.result.check_id] = message.result
         self.running.discard(message.result.check_id)
-        self._forward(message)
-
-    def on_finding_arrived(self, message: messages.FindingArrived) -> None:
         self._forward(message)
 
     def on_checks_done(self, message: messages.ChecksDone) -> None:
@@ -165,16 +159,16 @@ class NodeAgentApp(App[None]):
             return None
         return self.screen_stack[0]
 
-    def _forward(self, message: Any) -> None:
-        """Screens render from `results`; the one on show is told at once (others refresh when shown)."""
+    def _forward(self, message: messages.ResultsChanged) -> None:
+        """Screens render from `results`; the one on show is told at once (others refresh when shown;
+        a dialog on top is not a screen of results)."""
         try:
             screen = self.screen
         except ScreenStackError:  # a check finished while the app was closing: nobody to tell
             return
-        handler = getattr(screen, "results_changed", None)
-        if handler is not None:
-            handler(message)
+        if isinstance(screen, NodeAgentScreen):
+            screen.results_changed(message)
 
 
-def make_app(backend: Backend, start: str = "overview") -> NodeAgentApp:
+def make_app(backend: Backend, start: str = FIRST) -> NodeAgentApp:
     return NodeAgentApp(backend, start)

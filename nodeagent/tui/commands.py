@@ -3,7 +3,7 @@ quit): run the checks, plan the tuning, the benchmark, verify, revert, and one e
 
 A command is an action string of the app, as a key binding is, run with `App.run_action`: the
 palette starts the same actions and workers as the keys (app.py, the screens) and holds no flow of
-its own. Imported with the app, so it imports nothing but Textual.
+its own. Imported with the app, so it imports nothing but Textual and the screen table.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from textual.command import Hit, Hits, Provider
+
+from nodeagent.tui.screen_table import SCREENS
 
 
 @dataclass(frozen=True)
@@ -27,20 +29,10 @@ class Command:
 
 SCREEN_WEIGHT = 0.9
 
-# The screens, as the keys 1-6 show them (app.SCREENS order); a test holds the two lists equal.
+# The screens, in the order of their keys (nodeagent.tui.screen_table).
 SCREEN_COMMANDS: tuple[Command, ...] = tuple(
-    Command(f"Screen: {title}", f"{what} (key {key})", f"switch_mode('{mode}')", SCREEN_WEIGHT)
-    for key, (mode, title, what) in enumerate(
-        (
-            ("overview", "Overview", "the node at a glance, the worst status per area"),
-            ("checks", "Checks", "findings with their evidence and remediation"),
-            ("topology", "Topology", "the GPU/NIC/NUMA matrix"),
-            ("tune", "Tune", "the tuners' plan, apply and revert"),
-            ("bench", "Bench", "the input-pipeline benchmark"),
-            ("cluster", "Cluster", "the fleet's hosts, drift and outliers"),
-        ),
-        start=1,
-    )
+    Command(f"Screen: {s.title}", f"{s.what} (key {s.key})", f"switch_mode('{s.mode}')", SCREEN_WEIGHT)
+    for s in SCREENS
 )
 
 COMMANDS: tuple[Command, ...] = (

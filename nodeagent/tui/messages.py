@@ -9,20 +9,12 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from nodeagent.core.finding import Finding
     from nodeagent.engine import CheckResult
 
 
 @dataclass
-class FindingArrived(Message):
-    """One finding of a check that just finished (a check's findings arrive one message each)."""
-
-    finding: Finding
-
-
-@dataclass
 class CheckFinished(Message):
-    """A check finished: all its findings have been posted."""
+    """A check finished, with all its findings: screens redraw once per check, not per finding."""
 
     result: CheckResult
 
@@ -39,6 +31,10 @@ class ChecksDone(Message):
     """The run that began with ChecksStarted is over."""
 
     check_ids: list[str]
+
+
+# What the app tells the screen on show (NodeAgentScreen.results_changed).
+ResultsChanged = ChecksStarted | CheckFinished | ChecksDone
 
 
 @dataclass

@@ -6,18 +6,14 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-# mode name -> "module:Class" under nodeagent.tui.screens
-_WHERE = {
-    "overview": "overview:OverviewScreen",
-    "checks": "checks:ChecksScreen",
-    "topology": "topology:TopologyScreen",
-    "tune": "tune:TuneScreen",
-    "bench": "bench:BenchScreen",
-    "cluster": "cluster:ClusterScreen",
-}
+from nodeagent.tui.screen_table import SCREENS
+
+_WHERE = {s.mode: s.where for s in SCREENS}
 
 
 class _Lazy(Mapping[str, Any]):
+    """Mode -> screen class, each imported when first asked for."""
+
     def __getitem__(self, name: str) -> Any:
         module, _, cls = _WHERE[name].partition(":")
         return getattr(importlib.import_module(f"{__name__}.{module}"), cls)

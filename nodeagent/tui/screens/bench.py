@@ -22,11 +22,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from nodeagent.render.literal import lit
 from nodeagent.tui import keys
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets import bench_report, verify_report
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def hidden_table(table_id: str, columns: tuple[str, ...], cursor: CursorType) ->
     return table
 
 
-class BenchScreen(Screen[None]):
+class BenchScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Bench screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "start(True)", "Quick", tooltip="Run the quick benchmark (about a minute)"),

@@ -10,12 +10,13 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from nodeagent.core.finding import WORST_FIRST, Status
 from nodeagent.render.literal import lit, lits
+from nodeagent.tui import messages
 from nodeagent.tui.screens import areas
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets.status import status_text
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def details(f: Finding) -> Table:
     return t
 
 
-class ChecksScreen(Screen[None]):
+class ChecksScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Checks screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "cycle_filter", "Status", tooltip="Filter by status"),
@@ -86,7 +87,7 @@ class ChecksScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         self.rebuild()
 
-    def results_changed(self, message: Any) -> None:
+    def results_changed(self, message: messages.ResultsChanged) -> None:
         self.rebuild()
 
     def _areas(self) -> dict[str, tuple[str, ...]]:

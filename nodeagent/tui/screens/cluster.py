@@ -23,6 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from nodeagent.render.literal import lit, shown
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets.host_tile import HostTile, host_detail
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class HostScreen(Screen[None]):
         yield Footer(compact=True, show_command_palette=False)
 
 
-class ClusterScreen(Screen[None]):
+class ClusterScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Cluster screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "run", "Run", tooltip="Check every host of the inventory"),

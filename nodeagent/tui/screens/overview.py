@@ -11,13 +11,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from nodeagent.core.parse import format_cpulist
 from nodeagent.render.literal import lit, lits
 from nodeagent.tui import messages
 from nodeagent.tui.screens import areas
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets.status import status_text
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def _row(table: Table, *cells: Any) -> None:
     table.add_row(*lits(*cells))
 
 
-class OverviewScreen(Screen[None]):
+class OverviewScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Overview screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
@@ -148,7 +148,7 @@ class OverviewScreen(Screen[None]):
         self.query_one("#node", Static).update(lit(f"{message.what}: {message.error}", style="red"))
         self.app.post_message(messages.Failed(message.what, message.error))
 
-    def results_changed(self, message: Any) -> None:
+    def results_changed(self, message: messages.ResultsChanged) -> None:
         self.render_areas()
 
     def render_areas(self) -> None:

@@ -20,12 +20,13 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from nodeagent.core.finding import Status, worst
 from nodeagent.core.parse import format_cpulist
 from nodeagent.render.literal import lit, shown
+from nodeagent.tui import messages
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets.status import status_text
 
 SMI = "nvidia-smi topo -m"
@@ -251,7 +252,7 @@ class TopologyLoaded(Message):
     error: str | None = None
 
 
-class TopologyScreen(Screen[None]):
+class TopologyScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Topology screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
@@ -282,7 +283,7 @@ class TopologyScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         self.render_check()
 
-    def results_changed(self, message: Any) -> None:
+    def results_changed(self, message: messages.ResultsChanged) -> None:
         self.render_check()
 
     def action_reload(self) -> None:

@@ -29,7 +29,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, OptionList, Static
 from textual.widgets.option_list import Option
 
@@ -37,6 +37,7 @@ from nodeagent.api.tune import Change, Plan, Scope
 from nodeagent.render.literal import lit, shown
 from nodeagent.render.table import SCOPE_STYLE, findings_lines
 from nodeagent.tui import keys
+from nodeagent.tui.screens.base import NodeAgentScreen
 from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tuning.journal import REVERTED
 
@@ -276,7 +277,7 @@ class JournalPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class TuneScreen(Screen[None]):
+class TuneScreen(NodeAgentScreen):
     BINDING_GROUP_TITLE = "Tune screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_change", "Toggle"),
