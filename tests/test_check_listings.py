@@ -1,7 +1,8 @@
 """A check's area has one home, its CHECK (nodeagent.api.check): every check nodeagent ships
 declares one, a plug-in that declares none is under Other, and the lists of checks outside the TUI
-are held to the registry here (README.md's table of checks, `nodeagent checks`; the TUI's are in
-test_tui.py), failing with the check that is missing, extra or in another area."""
+are held to the registry here (docs/checks.md's table of what each check looks at, `nodeagent
+checks`; the TUI's are in test_tui.py), failing with the check that is missing, extra or in another
+area."""
 
 from __future__ import annotations
 
@@ -21,20 +22,21 @@ from nodeagent.cli.main import cli
 from tests.helpers import REPO, run_main
 from tests.plugin_checks import plugin_check, register
 
-README = REPO / "README.md"
+CHECKS_PAGE = REPO / "docs" / "checks.md"
+HEADING = "\n## What each check looks at\n"
 
 
 def shipped_checks() -> list[Check[Any, Any]]:
     """The registry's checks that nodeagent ships (the built-in and on-demand modules), not the
-    plug-ins this environment may have installed, which README.md does not document."""
+    plug-ins this environment may have installed, which docs/checks.md does not document."""
     # Module names are the ids with "_" for "-" (test_registry holds this).
     ids = {name.replace("_", "-") for name in (*checks.BUILTIN, *checks.ON_DEMAND)}
     return [c for c in checks.all_checks() if c.id in ids]
 
 
-def readme_rows(text: str) -> list[dict[str, str]]:
-    """The rows of the first table under `## Checks`, as {column name: cell}, backticks stripped."""
-    section = text.split("\n## Checks\n", 1)[1].splitlines()
+def table_rows(text: str) -> list[dict[str, str]]:
+    """The rows of the first table under HEADING, as {column name: cell}, backticks stripped."""
+    section = text.split(HEADING, 1)[1].splitlines()
     table = itertools.dropwhile(lambda line: not line.startswith("|"), section)
     lines = list(itertools.takewhile(lambda line: line.startswith("|"), table))
     cells = [[c.strip().strip("`") for c in re.split(r"(?<!\\)\|", line)[1:-1]] for line in lines]
@@ -42,17 +44,21 @@ def readme_rows(text: str) -> list[dict[str, str]]:
     return [dict(zip(header, row, strict=True)) for row in body]
 
 
-def readme_drift(rows: Sequence[Mapping[str, str]], registered: Sequence[Check[Any, Any]]) -> list[str]:
-    """What README.md's table of checks says that the registry does not, one line each."""
+def table_drift(rows: Sequence[Mapping[str, str]], registered: Sequence[Check[Any, Any]]) -> list[str]:
+    """What docs/checks.md's table says that the registry does not, one line each."""
     areas = {row["id"]: row["area"] for row in rows}
-    problems = [f"README.md lists {i!r} twice" for i in sorted(areas) if [r["id"] for r in rows].count(i) > 1]
+    problems = [
+        f"docs/checks.md lists {i!r} twice" for i in sorted(areas) if [r["id"] for r in rows].count(i) > 1
+    ]
     for c in registered:
         if c.id not in areas:
-            problems.append(f"README.md's table of checks has no row for {c.id!r} (area {c.area.value!r})")
+            problems.append(f"docs/checks.md's table has no row for {c.id!r} (area {c.area.value!r})")
         elif areas[c.id] != c.area.value:
-            problems.append(f"README.md puts {c.id!r} in {areas[c.id]!r}; its CHECK in {c.area.value!r}")
+            problems.append(f"docs/checks.md puts {c.id!r} in {areas[c.id]!r}; its CHECK in {c.area.value!r}")
     known = {c.id for c in registered}
-    problems += [f"README.md lists {i!r}, which no registered check has" for i in sorted(set(areas) - known)]
+    problems += [
+        f"docs/checks.md lists {i!r}, which no registered check has" for i in sorted(set(areas) - known)
+    ]
     return problems
 
 
@@ -74,24 +80,26 @@ def test_an_area_outside_the_vocabulary_is_refused_naming_the_check() -> None:
         plugin_check("probe", area=wrong)
 
 
-def test_the_readme_table_of_checks_is_the_registry() -> None:
-    problems = readme_drift(readme_rows(README.read_text()), shipped_checks())
+def test_the_docs_table_of_checks_is_the_registry() -> None:
+    problems = table_drift(table_rows(CHECKS_PAGE.read_text()), shipped_checks())
     assert not problems, "\n".join(problems)
 
 
-def test_readme_drift_names_the_missing_the_extra_and_the_misplaced_check() -> None:
-    rows = readme_rows(README.read_text())
+def test_table_drift_names_the_missing_the_extra_and_the_misplaced_check() -> None:
+    rows = table_rows(CHECKS_PAGE.read_text())
     shipped = shipped_checks()
     probe = plugin_check("probe", area=Area.GPU)
-    assert readme_drift(rows, [*shipped, probe]) == [
-        "README.md's table of checks has no row for 'probe' (area 'GPUs and NVLink')"
+    assert table_drift(rows, [*shipped, probe]) == [
+        "docs/checks.md's table has no row for 'probe' (area 'GPUs and NVLink')"
     ]
-    assert readme_drift(rows, [c for c in shipped if c.id != "xid"]) == [
-        "README.md lists 'xid', which no registered check has"
+    assert table_drift(rows, [c for c in shipped if c.id != "xid"]) == [
+        "docs/checks.md lists 'xid', which no registered check has"
     ]
     moved = [dict(r, area="Other") if r["id"] == "xid" else r for r in rows]
-    assert readme_drift(moved, shipped) == ["README.md puts 'xid' in 'Other'; its CHECK in 'GPUs and NVLink'"]
-    assert readme_drift([*rows, rows[0]], shipped) == [f"README.md lists {rows[0]['id']!r} twice"]
+    assert table_drift(moved, shipped) == [
+        "docs/checks.md puts 'xid' in 'Other'; its CHECK in 'GPUs and NVLink'"
+    ]
+    assert table_drift([*rows, rows[0]], shipped) == [f"docs/checks.md lists {rows[0]['id']!r} twice"]
 
 
 def listed_by_cli() -> dict[str, str]:

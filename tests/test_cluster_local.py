@@ -427,11 +427,12 @@ def test_a_closed_local_shell_stops_its_command_and_refuses_more(tmp_path: Path)
     assert caught.value.kind == ssh.CONTROLLER
 
 
-def test_the_readme_example_is_two_local_hosts(tmp_path: Path) -> None:
-    """The first example of README's fleet section, as written there."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Cluster: many nodes over SSH", 1)[1]
-    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+def test_the_docs_example_is_two_local_hosts(tmp_path: Path) -> None:
+    """The first example of docs/fleets.md, as written there: the inventory its first command block
+    writes (`cat > hosts.yml <<'EOF'`)."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "fleets.md").read_text()
+    section = page.split("## Fleet mode on one machine", 1)[1]
+    example = section.split("cat > hosts.yml <<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0] + "\n"
     assert yaml.safe_load(example) == {
         "all": {
             "hosts": {"local1": {"ansible_connection": "local"}, "local2": {"ansible_connection": "local"}}
