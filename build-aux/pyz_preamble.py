@@ -1,7 +1,8 @@
 # The start of build/nodeagent.pyz: `pex --preamble-file` (Makefile target pyz) puts this file before
 # pex's own bootstrap in the pyz's __main__.py, so it runs first, on whatever python started the file.
 #
-# A start that fails must say why in one line and exit with a code of the README's table, never 1:
+# A start that fails must say why in one line and exit with a code of the table in
+# docs/deployment.md ("When it cannot start"), never 1:
 # that is the WARN exit code of `check`, which a Slurm prolog or a health check reads as "WARN, node
 # fine". So PEX_ROOT is checked before pex unpacks into it (read-only, unwritable or noexec, where
 # the compiled modules could not be loaded: a private temporary folder instead), and pex's bootstrap
@@ -29,7 +30,8 @@ _NODEAGENT_EX_TEMPFAIL = 75
 # foreground, where the time would be charged to the health check (a prolog has 9 s; a first run
 # takes 5-25 s): it starts the unpack in the background and exits 75 ("busy; try again").
 _NODEAGENT_NO_UNPACK_VAR = "NODEAGENT_NO_UNPACK"
-# What the Makefile's pyz target builds for, and what a first run unpacks (README, "Where it unpacks").
+# What the Makefile's pyz target builds for, and what a first run unpacks (docs/deployment.md,
+# "Where it unpacks").
 _NODEAGENT_SERVES = "CPython 3.10 to 3.14 on Linux x86_64 or aarch64 with glibc 2.17 or newer"
 _NODEAGENT_UNPACKED_MB = 200
 _NODEAGENT_WHAT_TO_DO = (

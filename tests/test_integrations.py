@@ -259,7 +259,7 @@ HEADER_PLACE = re.compile(
 @pytest.mark.parametrize("name", integrations.names())
 def test_where_a_file_goes_is_what_its_header_says(name: str) -> None:
     """The listing is a table in the package; each file's header is the long form, which holds it
-    to the table (the daemonset's header sends the reader to README's deployment section)."""
+    to the table (the daemonset's header sends the reader to docs/deployment.md)."""
     where = integrations.FILES[name].where
     lines = integrations.path(name).read_text().splitlines()
     header = "\n".join(itertools.takewhile(lambda line: line.startswith("#"), lines))

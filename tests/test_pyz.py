@@ -6,7 +6,7 @@ python3 imports neither nodeagent nor pydantic. Its documents must equal those o
 nodeagent (this venv's) on the same recordings and on the host itself, and its exit code must be the
 worst status, as nodeagent's is. Then: the other CPython versions found here, a read-only and an
 unset HOME, and the wheels the file holds for the interpreters and machines it claims. And a start
-that fails (older pythons only, PEX_ROOT full or noexec, a damaged copy): one line and the README's
+that fails (older pythons only, PEX_ROOT full or noexec, a damaged copy): one line and docs/deployment.md's
 exit code for it, never 1, check's WARN. Last, the start inside a Slurm prolog's budget: the shipped
 prolog against an empty cache never drains the node (the first run unpacks in the background and
 exits 75), an unpack killed midway leaves no stale lock, and `nodeagent.pyz install DIR` makes an
@@ -56,7 +56,7 @@ CLEAN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 RUN_TIMEOUT_S = 180
 EXIT_CODES = {"OK": 0, "SKIPPED": 0, "WARN": 1, "FAIL": 2, "UNKNOWN": 3}
 USAGE_EXIT = 64
-# The README's exit codes for a start that fails: no interpreter the file serves; PEX_ROOT unusable.
+# docs/deployment.md's exit codes for a start that fails: no interpreter the file serves; PEX_ROOT unusable.
 EX_UNAVAILABLE = 69
 EX_IOERR = 74
 # Runs the pyz's python with its packages instead of nodeagent: https://docs.pex-tool.org/api/vars.html

@@ -2,7 +2,7 @@
 
 tests/test_pyz.py runs the built file on full, read-only and noexec mounts and old interpreters;
 here are the failures it cannot make happen on this machine (a disk quota, an error inside pex) and
-where PEX_ROOT is taken from, each with the README's exit code for a start that fails.
+where PEX_ROOT is taken from, each with docs/deployment.md's exit code for a start that fails.
 """
 
 from __future__ import annotations

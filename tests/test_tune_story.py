@@ -637,7 +637,7 @@ VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 
 
 def test_ranks_are_shared_by_every_planner(capsys: pytest.CaptureFixture[str], state: Path) -> None:
-    """The README's example on a recorded 2-CPU VM: four ranks share two cores, so each gets one
+    """docs/tuning.md's example on a recorded 2-CPU VM: four ranks share two cores, so each gets one
     intra-op thread, not the two a lone rank would (which made eight threads on two CPUs)."""
     plans = {}
     for args in (

@@ -30,7 +30,7 @@ __all__ = [
 
 MiB = 1 << 20
 
-# name -> (default, unit): the documented defaults (README.md, "Limits").
+# name -> (default, unit): the documented defaults (docs/limits.md).
 DEFAULTS: dict[str, tuple[int, str]] = {
     # A file given as inventory, playbook (and its includes) or baseline.
     "NODEAGENT_MAX_INPUT_MIB": (1, "MiB"),

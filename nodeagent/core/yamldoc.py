@@ -265,7 +265,7 @@ def parse_document(text: str, source: str, base: Path | None, wording: Wording, 
     """YAML `text` (read from `source`) as a `kind` of Document whose top level is a mapping."""
     try:
         root = _compose(text)
-    except _TooDeep:  # as a RecursionError was reported (the limit is in README.md, "Limits")
+    except _TooDeep:  # as a RecursionError was reported (the limit is in docs/limits.md)
         raise UsageError(f"{source}: the YAML is nested too deeply to be {wording.a_what}") from None
     except _Refused as e:
         line = e.problem_mark.line + 1 if e.problem_mark is not None else 1

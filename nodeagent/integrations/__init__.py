@@ -27,7 +27,7 @@ FILES = {
         "Kubernetes DaemonSet: `nodeagent check` metrics for node-exporter's textfile collector, "
         "every few minutes",
         "the cluster: `kubectl apply -f` it after naming your registry in its image "
-        "(README: Container image)",
+        "(docs/deployment.md: Container image)",
     ),
     "k8s-initcontainer.yaml": About(
         "Kubernetes Job whose init container runs `nodeagent preflight` before the training container",

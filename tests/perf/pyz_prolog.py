@@ -3,7 +3,7 @@ a build against an empty cache (PEX_ROOT), which starts the unpack in the backgr
 how long that unpack takes, later runs (the cache filled), and runs of the entry point that
 `nodeagent.pyz install DIR` makes (with the time the install takes). scontrol is a fake that records
 its calls, so every drain would show; the checks read a recording that passes, so none should.
-No verdict on timings: the figures are for a person to read (README, "One file").
+No verdict on timings: the figures are for a person to read (docs/performance.md, "nodeagent.pyz").
 
 Run after `make pyz`: `.venv/bin/python tests/perf/pyz_prolog.py [--runs 3]`.
 """
