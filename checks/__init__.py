@@ -43,6 +43,11 @@ def all_checks() -> tuple[Check[Any, Any], ...]:
     return REGISTRY.all()
 
 
+def on_demand_ids() -> frozenset[str]:
+    """The ids of the ON_DEMAND checks: run only when named."""
+    return REGISTRY.on_demand_ids()
+
+
 def select(only: Sequence[str] = (), skip: Sequence[str] = ()) -> list[Check[Any, Any]]:
     """The checks to run: `only` (in registry order) or all but the ON_DEMAND ones, less `skip`.
     Unknown ids are a UsageError."""

@@ -303,6 +303,13 @@ RUNS = [
             + [(p["why"],) for c in doc["checks"] for p in c["params"]]
         ),
     ),
+    Run(
+        "checks --format markdown",
+        "checks",
+        lambda w: ["checks", "--format", "markdown"],
+        # A check's row holds its id and every parameter's name.
+        lambda doc: [(c["id"], *(p["name"] for p in c["params"])) for c in doc["checks"]],
+    ),
     Run("tuners", "tuners", lambda w: ["tuners"], lambda doc: [(t["id"], t["title"]) for t in doc["tuners"]]),
     Run(
         "tuners --params",

@@ -280,12 +280,21 @@ def facts(root: str | None, hostname: str | None, fmt: str, timeout: float) -> N
 @cli.command("checks")
 @click.argument("check_ids", nargs=-1, metavar="[ID]...")
 @click.option("--params", "show_params", is_flag=True, help="Also list each check's parameters and defaults.")
-@format_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown"]),
+    default="table",
+    show_default=True,
+    help="markdown: one table of the checks with their parameters' defaults, for the documentation.",
+)
 def list_checks(check_ids: tuple[str, ...], show_params: bool, fmt: str) -> None:
     """List the available checks (or the checks ID...) with their areas and tags, and with --params
     each threshold: its default, why, and the documents it comes from.
 
-    --format json: every check with its parameters (name, type, default, why, source)."""
+    --format json: every check with its parameters (name, type, default, why, source).
+    --format markdown: a table of id, description, parameters with defaults, and whether a plain
+    `check` runs it or only --only does (docs/checks.md's table; `make docs` writes it there)."""
     from nodeagent import checks
     from nodeagent.render import listings
     from nodeagent.render.sheet import show
@@ -296,6 +305,9 @@ def list_checks(check_ids: tuple[str, ...], show_params: bool, fmt: str) -> None
         from nodeagent.render import jsonout
 
         click.echo(jsonout.dumps(listings.checks_document(chosen)))
+        return
+    if fmt == "markdown":
+        click.echo(listings.checks_markdown(chosen, checks.on_demand_ids()), nl=False)
         return
     show(listings.checks_params(chosen) if show_params else [listings.checks_sheet(chosen)])
 

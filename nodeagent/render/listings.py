@@ -4,7 +4,7 @@ table on a terminal, a line each when piped: nodeagent.render.sheet) and as JSON
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -14,6 +14,9 @@ from nodeagent.gate.playbook import Playbook
 from nodeagent.render.literal import one_line
 from nodeagent.render.sheet import Part, Sheet, sheet
 from nodeagent.tuning.journal import Journal
+
+if TYPE_CHECKING:
+    from nodeagent.render.markdown import Inline
 
 
 def _param(d: ParamDoc) -> dict[str, Any]:
@@ -53,6 +56,38 @@ def checks_document(checks: Sequence[Check[Any, Any]]) -> dict[str, Any]:
             for c in checks
         ]
     }
+
+
+def checks_markdown(checks: Sequence[Check[Any, Any]], on_demand: frozenset[str]) -> str:
+    """The checks as one GitHub-flavoured Markdown table, the documentation's list of checks: id, its
+    one-line description, its parameters with their defaults, and whether a plain `check` runs it
+    (the ids in `on_demand` run only when named)."""
+    from nodeagent.render.markdown import Span, Table, markdown_blocks, plain
+
+    rows = tuple(
+        (
+            (Span(c.id, "code"),),
+            plain(c.title),
+            _params_inline(param_docs(c.params)),
+            plain(f"on demand (--only {c.id})" if c.id in on_demand else "by default"),
+        )
+        for c in checks
+    )
+    return markdown_blocks([Table(("check", "what it checks", "parameters (defaults)", "runs"), rows)])
+
+
+def _params_inline(docs: Sequence[ParamDoc]) -> Inline:
+    """Each parameter as `name = default` (the default as Python writes it, as `--params` shows it)."""
+    from nodeagent.render.markdown import Span
+
+    if not docs:
+        return (Span("none"),)
+    spans: list[Span] = []
+    for i, d in enumerate(docs):
+        if i:
+            spans.append(Span(", "))
+        spans.append(Span(f"{d.name} = {d.default!r}", "code"))
+    return tuple(spans)
 
 
 def tuners_sheet(tuners: Sequence[Tuner[Any, Any]]) -> Sheet:

@@ -17,7 +17,7 @@ import html as htmllib
 import re
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,7 +250,12 @@ _WHITESPACE = re.compile(r"\s+")
 
 def markdown(doc: Mapping[str, Any] | Document) -> str:
     """The report as GitHub-flavoured Markdown (tables are GFM's)."""
-    return "\n\n".join(_md_block(b) for b in blocks(document(doc))) + "\n"
+    return markdown_blocks(blocks(document(doc)))
+
+
+def markdown_blocks(parts: Sequence[Block]) -> str:
+    """Blocks as GitHub-flavoured Markdown, a blank line between two."""
+    return "\n\n".join(_md_block(b) for b in parts) + "\n"
 
 
 def _md_block(block: Block) -> str:
