@@ -15,7 +15,7 @@ SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server open
 	slurm-wlm slurm-client munge prometheus prometheus-node-exporter \
 	debhelper python3-venv systemd mmdebstrap umoci podman
 
-.PHONY: run test test-fast bytecode dist-check pyz deb image lint typecheck view perf fixtures system-packages clean
+.PHONY: run test test-fast bytecode dist-check pyz deb image lint typecheck view perf fixtures docs system-packages clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -207,6 +207,11 @@ image: $(VENV)/.installed
 # build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.
 fixtures: $(VENV)/.installed-test
 	$(BIN)/python -m tests.corpus build/corpus
+
+# docs/checks.md's table of checks, between its checks-table markers, rewritten from the registry
+# (`nodeagent checks --format markdown`); tests/test_docs_checks_table.py fails while it differs.
+docs: $(VENV)/.installed
+	$(BIN)/python -m tests.docs_table docs/checks.md
 
 perf: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/check_speed.py
