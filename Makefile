@@ -94,8 +94,9 @@ test: system-packages $(VENV)/.installed-test bytecode lint typecheck
 	$(BIN)/pytest -q -m "not solo" --durations=30 $(PYTEST_PARALLEL)
 	$(BIN)/pytest -q -m solo --durations=10
 
-# The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite),
-# stopping at the first failure; no lint, no typecheck. `make test` still runs everything.
+# The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite,
+# running the documentation's command blocks), stopping at the first failure; no lint, no
+# typecheck. `make test` still runs everything.
 test-fast: $(VENV)/.installed-test bytecode
 	$(BIN)/pytest -q -x -m "not slow" $(PYTEST_PARALLEL)
 
