@@ -7,7 +7,8 @@ The convention (CONTRIBUTING.md's "Documentation"; tests/test_docs_commands.py h
   synopsis (placeholders such as `NAME`, `[--quick]`, `...`) is fenced as `text` and never run.
 - A command block runs unless the line right before its opening fence is a marker saying why not,
   `<!-- docs: not run: CATEGORY: free text -->`, CATEGORY one of NOT_RUN. The same line may carry
-  `<!-- docs: exits 1,2 -->`: exit codes the block may end with besides 0 (a check's WARN or FAIL).
+  `<!-- docs: exits 1,2 -->`: exit codes the block's last command may end with besides 0 (a check's
+  WARN or FAIL); the same code from an earlier command fails the block.
 - The blocks of one page run in order, in one scratch folder per page (the current directory of
   every block), so an earlier block may write a file a later one reads. Each block is one script for
   `bash -e -o pipefail`, with `nodeagent` (this repository's venv) first on PATH and
@@ -141,6 +142,11 @@ class Block:
         """The exit codes the block may end with."""
         return frozenset({0}).union(*(m.exits for m in self.markers))
 
+    def last_command_line(self) -> int | None:
+        """The page's line where the block's last command starts (where bash's LINENO puts it)."""
+        starts = _command_starts(self.script())
+        return starts[-1] if starts else None
+
     def script(self) -> list[tuple[int, str]]:
         """The lines bash runs, each with its line in the page."""
         numbered = [(self.line + 1 + i, text) for i, text in enumerate(self.source.splitlines())]
@@ -165,6 +171,29 @@ def _console_commands(numbered: list[tuple[int, str]]) -> list[tuple[int, str]]:
             continued = command.endswith("\\")
             heredoc = [m.group(2) for m in _HEREDOC.finditer(command)]
     return out
+
+
+# Lines that only close a compound command: the command that fails is one inside it.
+_CLOSING = re.compile(r"(done|fi|esac|\}|\))\s*([|&;<>].*)?")
+
+
+def _command_starts(numbered: list[tuple[int, str]]) -> list[int]:
+    """The lines a command starts on: not blank, a comment, a line a backslash continues onto, a
+    here-document's body or delimiter, or the end of a loop or an if."""
+    starts: list[int] = []
+    continued = False
+    heredoc: list[str] = []
+    for line, text in numbered:
+        if heredoc:
+            if text.strip() == heredoc[0]:
+                heredoc.pop(0)
+            continue
+        stripped = text.strip()
+        if not continued and stripped and not stripped.startswith("#") and not _CLOSING.fullmatch(stripped):
+            starts.append(line)
+        continued = stripped.endswith("\\")
+        heredoc = [m.group(2) for m in _HEREDOC.finditer(text)]
+    return starts
 
 
 @dataclass(frozen=True)
@@ -251,7 +280,18 @@ class Outcome:
 
     @property
     def passed(self) -> bool:
-        return self.exit_code in self.block.exits and TRACEBACK not in self.output
+        return self.exit_code in self.block.exits and TRACEBACK not in self.output and not self.masked
+
+    @property
+    def masked(self) -> bool:
+        """Whether a declared non-zero code came from a command before the last: the marker allows
+        it of the last command only, so a failure earlier in the block is not taken for it."""
+        last = self.block.last_command_line()
+        if not self.exit_code or self.exit_code not in self.block.exits:
+            return False
+        if self.failed_line is None or last is None:
+            return False
+        return self.failed_line < last
 
     def report(self, time_limit: float = TIME_LIMIT_S) -> str:
         """The block's page and first line, the command, its exit code and the tail of its output."""
@@ -261,10 +301,12 @@ class Outcome:
         else:
             allowed = ",".join(str(c) for c in sorted(b.exits))
             how = f"exited {self.exit_code} (allowed: {allowed})"
-            if self.exit_code in b.exits:
+            if self.masked:
+                how += " at a command before its last, which alone may end with a declared code"
+            elif self.exit_code in b.exits:
                 how += " but printed a Python traceback"
         lines = [f"{b.where}: the {b.lang} block {how}"]
-        if self.failed_line is not None and self.exit_code not in b.exits:
+        if self.failed_line is not None and (self.exit_code not in b.exits or self.masked):
             lines.append(f"  stopped at {b.path}:{self.failed_line}: {self.failed_command}")
         lines.append("  the block:")
         lines += [f"    {text}" for _, text in b.script()]

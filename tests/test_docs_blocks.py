@@ -35,6 +35,7 @@ def test_fences_and_markers_are_read_by_structure() -> None:
         (49, "sh"),
         (54, "sh"),
         (61, "markdown"),
+        (68, "sh"),
     ]
     listed = page.blocks[5]
     assert listed.source == "grep -q node03 hosts.txt\n"  # the list item's indentation removed
@@ -68,6 +69,7 @@ def test_a_passing_page_shares_its_folder_between_blocks(tmp_path: Path) -> None
     assert sorted(p.name for p in scratch.iterdir()) == [
         ".nodeagent-state",
         "hosts.txt",
+        "list.txt",
         "more.txt",
         "words.txt",
     ]
@@ -94,6 +96,30 @@ def test_a_traceback_fails_a_block_that_exits_0(tmp_path: Path) -> None:
         == "traceback.md:3: the sh block exited 0 (allowed: 0) but printed a Python traceback"
     )
     assert "ValueError: bad input" in message
+
+
+def test_a_declared_code_is_the_last_commands_alone(tmp_path: Path) -> None:
+    _, message = run("masked.md", tmp_path)
+    assert message is not None
+    lines = message.splitlines()
+    assert lines[0] == (
+        "masked.md:4: the sh block exited 1 (allowed: 0,1) at a command before its last, which alone "
+        "may end with a declared code"
+    )
+    assert lines[1] == "  stopped at masked.md:5: grep -q absent /dev/null"
+
+
+@pytest.mark.parametrize(
+    ("source", "last"),
+    [
+        pytest.param("true\nnodeagent check \\\n  --only gpu\n# done\n\n", 3, id="continued, then a comment"),
+        pytest.param("cat > f <<'EOF'\nx\nEOF\n", 2, id="a here-document"),
+        pytest.param("true\nfor i in 1 2; do\n  grep -q $i f\ndone | sort\n", 4, id="a loop's body"),
+        pytest.param("# only a comment\n", None, id="no command"),
+    ],
+)
+def test_the_last_command_starts_where_bash_says(source: str, last: int | None) -> None:
+    assert Block(Path("page.md"), 1, "sh", source).last_command_line() == last
 
 
 def test_broken_markers_are_named_with_their_lines() -> None:
