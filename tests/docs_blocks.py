@@ -63,7 +63,7 @@ MAX_OUTPUT_BYTES = 4 << 20
 _MARKER = re.compile(r"<!--\s*docs:(.*?)-->", re.DOTALL)
 _NOT_RUN = re.compile(r"not run:\s*([^:\s]*)\s*(?::(.*))?", re.DOTALL)
 _EXITS = re.compile(r"exits\s+(\d+(?:\s*,\s*\d+)*)")
-_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+_HEREDOC = re.compile(r"(?<!<)<<(?!<)-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")  # not a <<< here-string
 
 
 @dataclass(frozen=True)

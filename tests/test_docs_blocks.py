@@ -114,6 +114,7 @@ def test_a_declared_code_is_the_last_commands_alone(tmp_path: Path) -> None:
     [
         pytest.param("true\nnodeagent check \\\n  --only gpu\n# done\n\n", 3, id="continued, then a comment"),
         pytest.param("cat > f <<'EOF'\nx\nEOF\n", 2, id="a here-document"),
+        pytest.param("grep -q x <<< word\ntrue\n", 3, id="a here-string"),
         pytest.param("true\nfor i in 1 2; do\n  grep -q $i f\ndone | sort\n", 4, id="a loop's body"),
         pytest.param("# only a comment\n", None, id="no command"),
     ],
