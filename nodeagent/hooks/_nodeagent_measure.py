@@ -37,7 +37,14 @@ pace of the whole job, not of the compiled step alone.
 At exit (atexit: a job killed by a signal writes nothing) one JSON file, $NODEAGENT_MEASURE_DIR/<pid>.json,
 written atomically (temporary file + rename): {"pid", "source": "keras-fit" | "tf-data-loop",
 "steps", "warmup_steps", "measured_steps", "seconds", "steps_per_s", "input_wait_s",
-"input_wait_fraction", "input_wait_unknown"}; none when no step was seen. Keras fit's figures win
+"input_wait_fraction", "input_wait_unknown", "python_s", "pipeline"}; none when no step was seen.
+"python_s" is the time the measured steps spent in Python functions tf.data called (a generator,
+tf.py_function), summed over threads (`_wrap_python_call`); None where that is not timed. "pipeline"
+describes the input pipeline most batches came from, by structure (`describe`, `classify`): its
+stages ({"kind", "op", "where", "detail", "parallel", "stateful"}), the tf-data tuner's options the
+program turned off itself, and "unknown" (why, with no stages) where its graph cannot be read: a
+tf.distribute iterator, batches Keras does not take from a tf.data iterator, an error. It is read
+once per dataset, after the first batch is pulled from it (outside the timed wait). Keras fit's figures win
 over the loop's when both are there (Keras' own eager next() calls, such as the one that builds the
 model, are not training steps). With NODEAGENT_MEASURE_EVERY=SECONDS, one line on stderr that often,
 over the steps since the previous line, printed by the training thread as a step starts.
@@ -85,6 +92,39 @@ def _warn(what: str, error: BaseException | None = None) -> None:
         pass
 
 
+# -- time in Python called by tf.data -------------------------------------------------------------
+#
+# Every Python function TensorFlow's runtime calls (the generator of Dataset.from_generator, the
+# functions of tf.py_function and tf.numpy_function) goes through one object, the FuncRegistry of
+# tensorflow/python/ops/script_ops.py, whose __call__ is timed: the seconds spent there, added up
+# over all threads. Only a clock read before and after each call; what the function does is untouched.
+
+_python_calls: list[Any] = []  # [the lock of the running total] once the registry is timed
+_python_total = [0.0]
+
+
+def _python_s() -> float:
+    return _python_total[0]
+
+
+def _wrap_python_call(original: Callable[..., Any]) -> Any:
+    import functools
+
+    lock = _python_calls[0]
+
+    @functools.wraps(original)
+    def timed_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        start = _clock()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            spent = _clock() - start
+            with lock:  # calls from several tf.data threads add up
+                _python_total[0] += spent
+
+    return timed_call
+
+
 # -- the record of steps -------------------------------------------------------------------------
 
 
@@ -103,6 +143,8 @@ class Steps:
         self.starts = array("d")
         self.waits = array("d")
         self.counts = array("q")
+        self.python = array("d")  # _python_s() as each record began
+        self.python_closed = 0.0
         self.total = 0
         self.closed_at: float | None = None
         self.reasons: list[str] = []
@@ -119,6 +161,7 @@ class Steps:
         self.starts.append(start)
         self.waits.append(-1.0 if wait is None else wait)
         self.counts.append(count)
+        self.python.append(_python_s())
         self.total += count
         if reason is not None and reason not in self.reasons:
             self.reasons.append(reason)
@@ -127,6 +170,7 @@ class Steps:
 
     def close(self, at: float) -> None:
         self.closed_at = at
+        self.python_closed = _python_s()
 
     def _ended(self, i: int) -> None:
         self.done_steps += self.counts[i]
@@ -185,6 +229,7 @@ class Steps:
             "input_wait_s": None,
             "input_wait_fraction": None,
             "input_wait_unknown": None,
+            "python_s": None,
         }
         if first > last:
             doc["input_wait_unknown"] = (
@@ -196,6 +241,9 @@ class Steps:
         steps = sum(self.counts[first : last + 1])
         waits = self.waits[first : last + 1]
         doc.update(measured_steps=steps, seconds=seconds)
+        if _python_calls:
+            after = self.python[last + 1] if last + 1 < len(self.python) else self.python_closed
+            doc["python_s"] = max(0.0, after - self.python[first])
         doc["steps_per_s"] = steps / seconds if seconds > 0 else None
         if any(w < 0 for w in waits):
             doc["input_wait_unknown"] = "; ".join(self.reasons) or "not measured"
@@ -243,7 +291,9 @@ def report() -> dict[str, Any] | None:
     for source in (KERAS_FIT, TF_DATA_LOOP):
         steps = _state.get(source)
         if isinstance(steps, Steps) and steps.total > 0:
-            return steps.summary(os.getpid())
+            doc = steps.summary(os.getpid())
+            doc["pipeline"] = _pipelines.main()
+            return doc
     return None
 
 
@@ -265,6 +315,389 @@ def write_report() -> None:
         os.replace(tmp, path)
     except Exception as e:
         _warn(f"could not write the measurement to {os.environ.get(DIR_ENV)!r}", e)
+
+
+# -- the input pipeline, by structure ------------------------------------------------------------
+#
+# The dataset behind a measured iterator is read as TensorFlow serialises it (the GraphDef of
+# `dataset._as_serialized_graph()`, as protobuf's JSON mapping): its dataset nodes in pipeline order
+# (source first) and, in its function library, the ops each map, filter or interleave function runs.
+# Op names are TensorFlow's registered op types (checked against TensorFlow 2.21):
+# - `Dataset.from_generator` is a FlatMapDataset whose function makes a GeneratorDataset, whose
+#   init/next/finalize functions call Python (PyFunc);
+# - `tf.py_function` is EagerPyFunc, `tf.numpy_function` PyFunc (PyFuncStateless when stateless);
+# - file readers are dataset ops (TFRecordDataset, ...) inside the function of a FlatMapDataset
+#   (one file at a time), an InterleaveDataset (sequential) or a Parallel/LegacyParallel interleave,
+#   or ReadFile inside a map;
+# - `map` is MapDataset (sequential) or ParallelMapDatasetV2, whose last input is num_parallel_calls
+#   (-1: AUTOTUNE).
+
+PY_FUNCS = ("EagerPyFunc", "PyFunc", "PyFuncStateless")
+GENERATOR = "GeneratorDataset"
+READERS = (
+    "TFRecordDataset",
+    "TFRecordDatasetV2",
+    "TextLineDataset",
+    "FixedLengthRecordDataset",
+    "FixedLengthRecordDatasetV2",
+    "ReadFile",
+)
+DECODERS = (
+    "DecodeJpeg",
+    "DecodeAndCropJpeg",
+    "DecodePng",
+    "DecodeGif",
+    "DecodeBmp",
+    "DecodeImage",
+    "DecodeWebP",
+    "DecodeRaw",
+    "DecodePaddedRaw",
+    "DecodeCSV",
+    "DecodeJSONExample",
+    "DecodeCompressed",
+    "DecodeProtoV2",
+    "DecodeWav",
+    "ParseExample",
+    "ParseExampleV2",
+    "ParseSingleExample",
+    "ParseSequenceExample",
+    "ParseSequenceExampleV2",
+    "ParseSingleSequenceExample",
+    "ParseTensor",
+)
+# Ops whose state keeps tf.data's map_parallelization from running a map in parallel (it only
+# parallelises stateless functions): Python, and the stateful random ops (tf.random.uniform, ...).
+STATEFUL = (
+    *PY_FUNCS,
+    "RandomUniform",
+    "RandomUniformInt",
+    "RandomStandardNormal",
+    "TruncatedNormal",
+    "RandomShuffle",
+    "RandomGamma",
+    "RandomPoisson",
+    "RandomPoissonV2",
+    "Multinomial",
+)
+SEQUENTIAL_MAPS = ("MapDataset",)
+PARALLEL_MAPS = ("ParallelMapDataset", "ParallelMapDatasetV2", "MapAndBatchDataset")
+SEQUENTIAL_INTERLEAVES = ("FlatMapDataset", "InterleaveDataset")
+PARALLEL_INTERLEAVES = (
+    "ParallelInterleaveDataset",
+    "ParallelInterleaveDatasetV2",
+    "ParallelInterleaveDatasetV3",
+    "ParallelInterleaveDatasetV4",
+    "LegacyParallelInterleaveDatasetV2",
+)
+BATCHES = (
+    "BatchDataset",
+    "BatchDatasetV2",
+    "PaddedBatchDataset",
+    "PaddedBatchDatasetV2",
+    "ParallelBatchDataset",
+)
+PREFETCHES = ("PrefetchDataset",)
+CACHES = ("CacheDataset", "CacheDatasetV2")
+# Wrappers that end a pipeline without being a stage of it (options, tf.data's own model).
+_TRAILING = (
+    "OptionsDataset",
+    "ModelDataset",
+    "OptimizeDataset",
+    "OptimizeDatasetV2",
+    "AssertCardinalityDataset",
+)
+AUTOTUNE = -1
+# Tensors a pipeline holds (from_tensor_slices of an in-memory array, captured tables) are
+# serialised with its graph; above this many bytes the graph is not read, to keep the hook cheap.
+GRAPH_CAP_BYTES = 16 << 20
+# The tf-data tuner's options a program may have set itself (the exec hook never overrides those).
+WATCHED_OPTIONS = ("map_parallelization", "inject_prefetch")
+
+
+def _bare(name: str) -> str:
+    """A node input without its output index or control mark: "^a", "a:0" -> "a"."""
+    return name.lstrip("^").split(":", 1)[0]
+
+
+def _called(attrs: dict[str, Any]) -> list[str]:
+    """The functions a node's attributes name (f, init_func, next_func, predicate, lists of them)."""
+    names: list[str] = []
+    for value in attrs.values():
+        if not isinstance(value, dict):
+            continue
+        func = value.get("func")
+        if isinstance(func, dict) and isinstance(func.get("name"), str):
+            names.append(func["name"])
+        listed = value.get("list")
+        if isinstance(listed, dict):
+            names += [f["name"] for f in listed.get("func", []) if isinstance(f, dict) and "name" in f]
+    return names
+
+
+def _function_ops(library: dict[str, list[dict[str, Any]]], roots: list[str]) -> list[str]:
+    """Every op type the functions `roots` run, through the functions they call in turn."""
+    ops: list[str] = []
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in library.get(name, []):
+            op = node.get("op", "")
+            if op and op not in ops:
+                ops.append(op)
+            todo += _called(node.get("attr", {}))
+    return ops
+
+
+def _int_const(node: dict[str, Any] | None) -> int | None:
+    """The value of a scalar integer Const node (protobuf's JSON gives int64 as a string)."""
+    if node is None or node.get("op") != "Const":
+        return None
+    tensor = node.get("attr", {}).get("value", {}).get("tensor", {})
+    for key in ("int64Val", "intVal"):
+        values = tensor.get(key)
+        if isinstance(values, list) and len(values) == 1:
+            try:
+                return int(values[0])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _calls(node: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> str:
+    """ "num_parallel_calls=AUTOTUNE" (or =N) of a parallel map or interleave, when its graph says."""
+    inputs = [_bare(i) for i in node.get("input", []) if not i.startswith("^")]
+    position = -2 if node.get("op") == "MapAndBatchDataset" else -1
+    if node.get("op") == "LegacyParallelInterleaveDatasetV2" or len(inputs) < 2:
+        return ""
+    value = _int_const(nodes.get(inputs[position]))
+    if value is None:
+        return ""
+    return "num_parallel_calls=" + ("AUTOTUNE" if value == AUTOTUNE else str(value))
+
+
+def _where(op: str, calls: str) -> tuple[str, bool | None]:
+    """How a stage runs, said by the dataset op that holds it, and whether that runs in parallel."""
+    if op in SEQUENTIAL_MAPS:
+        return f"in a sequential map ({op})", False
+    if op in PARALLEL_MAPS:
+        return f"in a parallel map ({op}{', ' + calls if calls else ''})", True
+    if op in SEQUENTIAL_INTERLEAVES:
+        return f"one input at a time ({op})", False
+    if op in PARALLEL_INTERLEAVES:
+        return f"in a parallel interleave ({op}{', ' + calls if calls else ''})", True
+    return f"in {op}", None
+
+
+def _stage(
+    kind: str, op: str, where: str, detail: str, parallel: bool | None, stateful: bool
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "op": op,
+        "where": where,
+        "detail": detail,
+        "parallel": parallel,
+        "stateful": stateful,
+    }
+
+
+def _node_stage(
+    node: dict[str, Any], ops: list[str], nodes: dict[str, dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The stage one dataset node is, by the ops it and its functions run; None for the plumbing
+    (range, shuffle, repeat, take, options...)."""
+    op = node.get("op", "")
+    detail, parallel = _where(op, _calls(node, nodes))
+    stateful = any(o in STATEFUL for o in ops)
+    if GENERATOR in ops or op == GENERATOR:
+        return _stage(
+            "python-generator",
+            GENERATOR,
+            op,
+            "Dataset.from_generator: Python makes each element",
+            False,
+            True,
+        )
+    python = [o for o in ops if o in PY_FUNCS]
+    if python:
+        return _stage("python-function", python[0], op, detail, parallel, True)
+    reads = [o for o in ops if o in READERS] or ([op] if op in READERS else [])
+    if reads:
+        decodes = [o for o in ops if o in DECODERS]
+        also = f", then {', '.join(decodes)}" if decodes else ""
+        # A reader dataset at the top level reads its files in the order given, one at a time.
+        return _stage(
+            "file-read", reads[0], op, detail + also, False if op in READERS else parallel, stateful
+        )
+    decodes = [o for o in ops if o in DECODERS]
+    if decodes:
+        return _stage("decode", decodes[0], op, detail, parallel, stateful)
+    if op in SEQUENTIAL_MAPS or op in PARALLEL_MAPS:
+        return _stage("map", op, op, detail, parallel, stateful)
+    if op in BATCHES:
+        return _stage("batch", op, op, "", None, False)
+    if op in PREFETCHES:
+        return _stage("prefetch", op, op, "", None, False)
+    if op in CACHES:
+        return _stage("cache", op, op, "", None, False)
+    return None
+
+
+def classify(graph: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stages of a pipeline from its GraphDef (protobuf's JSON mapping), source first.
+
+    Each stage: kind (python-generator, python-function, file-read, decode, map, batch, prefetch,
+    cache), op (the TensorFlow op that makes it that kind), where (the dataset op that runs it),
+    detail (how it runs), parallel (True, False, or None where that does not apply) and stateful
+    (a stateful op keeps tf.data from parallelising its map). A pipeline whose last stage is no
+    prefetch gets a prefetch stage with op "" saying so.
+    """
+    library = {
+        f.get("signature", {}).get("name", ""): f.get("nodeDef", [])
+        for f in graph.get("library", {}).get("function", [])
+        if isinstance(f, dict)
+    }
+    nodes = {n.get("name", ""): n for n in graph.get("node", []) if isinstance(n, dict)}
+    stages: list[dict[str, Any]] = []
+    last = ""
+    for node in graph.get("node", []):
+        op = node.get("op", "")
+        if not op.endswith("Dataset") and not op[:-2].endswith("Dataset") and op not in READERS:
+            continue
+        if op not in _TRAILING:
+            last = op
+        ops = _function_ops(library, _called(node.get("attr", {})))
+        found = _node_stage(node, ops, nodes)
+        if found is not None:
+            stages.append(found)
+    if last and last not in PREFETCHES:
+        stages.append(_stage("prefetch", "", "", f"no prefetch after the last stage ({last})", False, False))
+    return stages
+
+
+def _graph_bytes(dataset: Any) -> int:
+    """The bytes of tensors the pipeline holds (from_tensor_slices, from_tensors, captured by its
+    functions): what serialising its graph would copy."""
+    total = 0
+    todo, seen = [dataset], set()
+    while todo:
+        ds = todo.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        tensors = list(getattr(ds, "_tensors", []) or [])
+        for wrapper in ds._functions():
+            tensors += list(getattr(getattr(wrapper, "function", None), "captured_inputs", []) or [])
+        for t in tensors:
+            count = t.shape.num_elements() if getattr(t, "shape", None) is not None else None
+            size = getattr(getattr(t, "dtype", None), "size", 0) or 0
+            total += (count or 0) * size
+        todo += list(ds._inputs())
+    return total
+
+
+def _options_off(dataset: Any) -> list[str]:
+    """The tf-data tuner's options this program turned off itself (tf.data.Options reads None for
+    "not set"); the exec hook keeps them off, so tuning cannot change those."""
+    options = dataset.options()
+    if options.experimental_optimization.apply_default_optimizations is False:
+        return list(WATCHED_OPTIONS)
+    return [name for name in WATCHED_OPTIONS if getattr(options.experimental_optimization, name) is False]
+
+
+def describe(dataset: Any) -> dict[str, Any]:
+    """The pipeline of `dataset`: {"stages", "options_off", "unknown"}; unknown (the reason, no
+    stages) when its graph cannot be read."""
+    import importlib
+
+    doc: dict[str, Any] = {"stages": [], "options_off": [], "unknown": None}
+    held = _graph_bytes(dataset)
+    if held > GRAPH_CAP_BYTES:
+        doc["unknown"] = (
+            f"the pipeline holds {held / (1 << 20):.0f} MiB of tensors (from_tensor_slices or captured), "
+            f"more than the {GRAPH_CAP_BYTES >> 20} MiB the hook copies to read its graph"
+        )
+        return doc
+    options = importlib.import_module("tensorflow.python.data.ops.options")
+    graph_pb2 = importlib.import_module("tensorflow.core.framework.graph_pb2")
+    json_format = importlib.import_module("google.protobuf.json_format")
+    # IGNORE: a pipeline with Python in it (from_generator, py_function) serialises without a warning.
+    raw = dataset._as_serialized_graph(external_state_policy=options.ExternalStatePolicy.IGNORE)
+    graph = json_format.MessageToDict(graph_pb2.GraphDef.FromString(raw.numpy()))
+    doc["stages"] = classify(graph)
+    doc["options_off"] = _options_off(dataset)
+    return doc
+
+
+class _Pipeline:
+    """One dataset seen behind a measured iterator: its description and the batches pulled from it."""
+
+    def __init__(self, dataset: Any, doc: dict[str, Any]) -> None:
+        import weakref
+
+        try:
+            self.ref: Callable[[], Any] = weakref.ref(dataset)
+        except TypeError:
+            self.ref = lambda: None
+        self.doc = doc
+        self.pulls = 0
+
+
+class _Pipelines:
+    """The pipelines behind the measured iterators, each described once (on the first batch pulled
+    from it; a new epoch's iterator over the same dataset reuses it)."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, _Pipeline] = {}
+        self.gone: list[_Pipeline] = []
+
+    def pulled(self, iterator: Any, plain: type | None) -> None:
+        dataset = (
+            getattr(iterator, "_dataset", None) if plain is not None and isinstance(iterator, plain) else None
+        )
+        key = id(dataset) if dataset is not None else id(type(iterator))
+        found = self.by_id.get(key)
+        if found is None or (dataset is not None and found.ref() is not dataset):
+            if found is not None:
+                self.gone.append(found)
+            found = self.by_id[key] = _Pipeline(dataset, self._describe(iterator, dataset))
+        found.pulls += 1
+
+    @staticmethod
+    def _describe(iterator: Any, dataset: Any) -> dict[str, Any]:
+        if dataset is None:
+            why = f"the batches come from a {type(iterator).__name__}, whose dataset the hook does not read"
+            if "Distributed" in type(iterator).__name__:
+                why = "a tf.distribute iterator: its per-replica datasets are not read"
+            return {"stages": [], "options_off": [], "unknown": why}
+        try:
+            return describe(dataset)
+        except Exception as e:
+            return {
+                "stages": [],
+                "options_off": [],
+                "unknown": f"its graph could not be read: {type(e).__name__}: {e}",
+            }
+
+    def main(self) -> dict[str, Any] | None:
+        """The pipeline most batches came from (the training one, beside a validation one)."""
+        every = [*self.gone, *self.by_id.values()]
+        return max(every, key=lambda p: p.pulls).doc if every else None
+
+
+_pipelines = _Pipelines()
+_plain: list[type] = []  # tf.data's OwnedIterator, once TensorFlow is imported
+
+
+def _pulled(iterator: Any) -> None:
+    try:
+        _pipelines.pulled(iterator, _plain[0] if _plain else None)
+    except Exception as e:
+        _warn("could not describe the input pipeline", e)
 
 
 # -- tf.data and tf.distribute iterators (custom loops) ------------------------------------------
@@ -310,6 +743,7 @@ def _wrap_next(
                 _record_end(start)
                 raise
             _record_step(start, _clock() - start)
+            _pulled(self)  # after the timed call: reading the pipeline is not waiting for input
             return value
         finally:
             busy.leave()
@@ -352,12 +786,24 @@ def on_tensorflow(tf: ModuleType, warn: Callable[..., None] | None = None) -> No
     context = importlib.import_module("tensorflow.python.eager.context")
     iterator_ops = importlib.import_module("tensorflow.python.data.ops.iterator_ops")
     ended = (StopIteration, tf.errors.OutOfRangeError)
+    if not _plain:
+        _plain.append(iterator_ops.OwnedIterator)
 
     def wrap(original: Callable[..., Any]) -> Any:
         return _wrap_next(original, context.executing_eagerly, ended)
 
     for name in ("__next__", "get_next"):
         _patch(iterator_ops.OwnedIterator, name, wrap)
+    try:
+        if not _python_calls:
+            import threading
+
+            _python_calls.append(threading.Lock())
+        registry = importlib.import_module("tensorflow.python.ops.script_ops").FuncRegistry
+        _patch(registry, "__call__", _wrap_python_call)
+    except Exception as e:  # the registry moved: the stages are still named, Python's time is not
+        _python_calls.clear()
+        _warn("the time in Python functions tf.data calls is not measured", e)
     try:
         input_lib = importlib.import_module("tensorflow.python.distribute.input_lib")
         for name in ("__next__", "get_next"):
@@ -455,6 +901,7 @@ def _keras_train_function(model: Any, made: Callable[[Any], Any], kinds: _KerasK
             _warn("could not inspect Keras' train function call", e)
             return made(iterator)
         if why is not None:
+            _pulled(iterator)
             pulls = kinds.counting(iterator)
             try:
                 logs = made(iterator if pulls is None else pulls)
@@ -474,6 +921,7 @@ def _keras_train_function(model: Any, made: Callable[[Any], Any], kinds: _KerasK
         finally:
             busy.leave()
         waited = _clock() - start
+        _pulled(iterator)
         logs = made([batch])  # Keras' own step on that batch, as train_on_batch hands it one
         _safely(lambda: measured(start, waited))
         return logs
@@ -550,6 +998,8 @@ def _tf_keras_train_function(model: Any, made: Callable[[Any], Any]) -> Any:
     @functools.wraps(made)
     def train_function(*args: Any, **kwargs: Any) -> Any:
         start = _clock()
+        if args:
+            _pulled(args[0])  # the iterator its compiled step pulls from
         try:
             logs = made(*args, **kwargs)
         except StopIteration:
