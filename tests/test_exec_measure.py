@@ -224,11 +224,13 @@ def _figures(wait: float | None, unknown: str | None = None) -> measure.JobFigur
     return measure.JobFigures(12.0, wait, unknown, 1, 100, 5, "keras-fit")
 
 
-def test_diagnosis_names_the_bound_the_share_and_the_tuner() -> None:
+def test_diagnosis_names_the_bound_the_share_and_what_the_tuner_can_do() -> None:
+    # Without the pipeline's stages (tests/test_measure_pipeline.py has them), no tuner is chosen.
     assert measure.diagnosis(_figures(0.31)) == (
-        "input-bound: waits on input 31% of the step time (> 25%): tune the input pipeline: "
-        "`nodeagent tune --only tf-data` (parallel map, prefetch: "
-        "https://www.tensorflow.org/guide/data_performance)"
+        "input-bound: waits on input 31% of the step time (> 25%); the input pipeline could not be "
+        "read (not described): `nodeagent tune --only tf-data` speeds up a sequential map, not Python "
+        "(Dataset.from_generator, tf.py_function) nor file reads one file at a time "
+        "(https://www.tensorflow.org/guide/data_performance)"
     )
     assert measure.diagnosis(_figures(0.04)).startswith(
         "compute-bound: waits on input 4% of the step time (<= 25%)"
@@ -682,7 +684,7 @@ def test_keras_fit_with_a_heavy_model_is_compute_bound(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_tf
-def test_exec_measure_finds_keras_fit_input_bound_and_says_what_to_tune(tmp_path: Path) -> None:
+def test_exec_measure_finds_keras_fit_input_bound_and_says_what_can_help(tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(JOB)
     proc = subprocess.run(
         [
@@ -724,8 +726,13 @@ def test_exec_measure_finds_keras_fit_input_bound_and_says_what_to_tune(tmp_path
     assert first + count == job["steps"] == 60
     assert rate == pytest.approx(count / (job["ends"][-1] - job["begins"][first]), rel=0.03)
     assert share > 100 * measure.INPUT_BOUND
+    # The job's input is a tf.py_function in a sequential map: not for tf.data's options.
     diagnosis = next(line for line in lines if "input-bound: waits on input" in line)
-    assert "`nodeagent tune --only tf-data`" in diagnosis
+    assert "Python sets the pace of the input" in diagnosis and "tune the input" not in diagnosis, lines
+    stage = next(line for line in lines if "input stage:" in line)
+    assert stage.startswith(
+        "nodeagent measure: input stage: Python in the pipeline (EagerPyFunc: tf.py_function"
+    )
 
 
 def test_a_measurement_that_cannot_be_written_warns_once_and_leaves_the_job_alone(tmp_path: Path) -> None:

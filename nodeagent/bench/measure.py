@@ -4,8 +4,10 @@ The job runs with nodeagent/hooks first on PYTHONPATH and NODEAGENT_MEASURE_DIR 
 its Python then loads the measuring hook (nodeagent/hooks/_nodeagent_measure.py; its docstring
 says what is timed and which steps are warm-up) once it imports TensorFlow, and each of its
 processes writes `<pid>.json` into that folder at exit. `read` combines those files, `diagnosis`
-says what they mean, and `run_measured` runs a command as a child, forwarding signals, and gathers
-all of it with the wall time and CPU use (`nodeagent exec --measure`, the A/B engine).
+says what they mean, `advice` what can speed up each stage of the job's input pipeline (and
+whether the tf-data tuner's options can), and `run_measured` runs a command as a child, forwarding
+signals, and gathers all of it with the wall time and CPU use (`nodeagent exec --measure`, the A/B
+engine).
 
 TensorFlow is never imported here.
 """
@@ -26,7 +28,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from nodeagent.bench import run
 from nodeagent.core import limits
@@ -40,6 +51,14 @@ GUIDE = run.GUIDE
 TF_DATA_TUNER = "tf-data"  # tuners/tf_data.py: parallel map, prefetch, private thread pool
 Source = Literal["keras-fit", "tf-data-loop"]  # the hook's KERAS_FIT and TF_DATA_LOOP
 SOURCES = get_args(Source)
+# The kinds of input stage the hook tells apart by the ops of the pipeline's graph (its `classify`).
+StageKind = Literal[
+    "python-generator", "python-function", "file-read", "decode", "map", "batch", "prefetch", "cache"
+]
+STAGE_KINDS = get_args(StageKind)
+SEQUENTIAL_MAPS = ("MapDataset",)  # the hook's SEQUENTIAL_MAPS: what map_parallelization can parallelise
+TUNE_COMMAND = f"nodeagent tune --only {TF_DATA_TUNER}"
+VERIFY_COMMAND = f"nodeagent tune --apply --verify --only {TF_DATA_TUNER}"
 # Signals a job's launcher (a shell, Slurm, a terminal) sends to stop or interrupt it.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -59,6 +78,21 @@ def hook_env(environ: Mapping[str, str], folder: Path, every_s: float | None = N
 # -- the figures ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the job's input pipeline, as the hook read it from the pipeline's graph: its
+    kind, the TensorFlow op that makes it that kind, the dataset op that runs it (`where`), how it
+    runs, whether in parallel (None where that does not apply), and whether a stateful op keeps
+    tf.data from parallelising it. A prefetch stage with op "" is a missing prefetch."""
+
+    kind: str
+    op: str
+    where: str = ""
+    detail: str = ""
+    parallel: bool | None = None
+    stateful: bool = False
+
+
 @dataclass
 class JobFigures:
     """One job's figures, combined over its processes (`read`). steps_per_s is None when no
@@ -75,13 +109,45 @@ class JobFigures:
     steps: int = 0
     seconds: float = 0.0  # the longest process's measured span
     skipped: list[str] = field(default_factory=list)  # files that could not be read, and why
+    stages: list[Stage] = field(default_factory=list)  # the input pipeline, source first
+    options_off: list[str] = field(default_factory=list)  # tf-data tuner options the job turned off
+    pipeline_unknown: str | None = "not described"  # why there are no stages
+    # The share of the measured time spent in Python functions tf.data called (a generator,
+    # tf.py_function), over all threads; None where a process did not time it.
+    python_fraction: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        doc["advice"] = [a.to_dict() for a in advice(self)]
+        return doc
 
 
 Count = Annotated[StrictInt, Field(ge=0)]
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+Text = Annotated[StrictStr, Field(max_length=500)]
+
+
+class _Stage(BaseModel):
+    """One stage in a <pid>.json's "pipeline" (the hook's `classify`)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    kind: StageKind
+    op: Text
+    where: Text = ""
+    detail: Text = ""
+    parallel: StrictBool | None = None
+    stateful: StrictBool = False
+
+
+class _Pipeline(BaseModel):
+    """A <pid>.json's "pipeline": the stages, or why there are none."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    stages: list[_Stage] = Field(default_factory=list, max_length=1000)
+    options_off: list[Text] = Field(default_factory=list, max_length=20)
+    unknown: Text | None = None
 
 
 class _Process(BaseModel):
@@ -96,6 +162,8 @@ class _Process(BaseModel):
     steps_per_s: Seconds | None = None
     input_wait_s: Seconds | None = None
     input_wait_unknown: StrictStr | None = None
+    python_s: Seconds | None = None
+    pipeline: _Pipeline | None = None
 
     @model_validator(mode="after")
     def _wait_or_why(self) -> _Process:
@@ -158,7 +226,15 @@ def _combined(processes: list[_Process], skipped: list[str]) -> JobFigures:
     fraction = None
     if not unknown and span > 0:
         fraction = sum(p.input_wait_s or 0.0 for p in measured) / span
+    stages, options_off, pipeline_unknown = _pipeline(processes)
+    python = None
+    if measured and span > 0 and all(p.python_s is not None for p in measured):
+        python = sum(p.python_s or 0.0 for p in measured) / span
     return JobFigures(
+        python_fraction=python,
+        stages=stages,
+        options_off=options_off,
+        pipeline_unknown=pipeline_unknown,
         steps_per_s=sum(rates) if rates else None,
         input_wait_fraction=fraction,
         input_wait_unknown="; ".join(dict.fromkeys(unknown)) if unknown else None,
@@ -172,6 +248,215 @@ def _combined(processes: list[_Process], skipped: list[str]) -> JobFigures:
     )
 
 
+def _pipeline(processes: list[_Process]) -> tuple[list[Stage], list[str], str | None]:
+    """The job's input pipeline: the first process's that could be read (the ranks of a job run the
+    same one); else why none could."""
+    for p in processes:
+        if p.pipeline is not None and p.pipeline.unknown is None:
+            stages = [Stage(**s.model_dump()) for s in p.pipeline.stages]
+            return stages, list(p.pipeline.options_off), None
+    reasons = [p.pipeline.unknown for p in processes if p.pipeline is not None and p.pipeline.unknown]
+    return [], [], "; ".join(dict.fromkeys(reasons)) if reasons else "not described"
+
+
+# -- what can help each stage --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageAdvice:
+    """What can speed one stage up: `problem` when it can hold the input back as written (Python,
+    a sequential read or map), `tunable` when the tf-data tuner's options can speed it up."""
+
+    stage: Stage
+    problem: bool
+    tunable: bool
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stage": asdict(self.stage),
+            "problem": self.problem,
+            "tunable": self.tunable,
+            "text": self.text,
+        }
+
+
+_PYTHON_API = {
+    "EagerPyFunc": "tf.py_function",
+    "PyFunc": "tf.numpy_function",
+    "PyFuncStateless": "tf.numpy_function",
+}
+_LABELS = {"decode": "decoding", "map": "map", "file-read": "file reads"}
+_PARALLEL_CODE = "num_parallel_calls=tf.data.AUTOTUNE in the map"
+
+
+def _python_advice(stage: Stage) -> StageAdvice:
+    if stage.kind == "python-generator":
+        return StageAdvice(
+            stage,
+            True,
+            False,
+            f"Python generator ({stage.op} in {stage.where}: Dataset.from_generator): tf.data's options "
+            f"cannot run Python in parallel (one interpreter lock), so `{TUNE_COMMAND}` cannot speed it "
+            "up: move the work into TensorFlow ops, write the data once to TFRecord files, interleave "
+            "several from_generator datasets with num_parallel_calls (it helps where the generator "
+            "waits on I/O or NumPy), or feed the job from more processes",
+        )
+    api = _PYTHON_API.get(stage.op, "Python")
+    return StageAdvice(
+        stage,
+        True,
+        False,
+        f"Python in the pipeline ({stage.op}: {api}, {stage.detail}): tf.data's options cannot run it "
+        f"in parallel (one interpreter lock; map_parallelization leaves stateful functions alone), so "
+        f"`{TUNE_COMMAND}` cannot speed it up: replace it with TensorFlow ops (tf.image, tf.strings, "
+        "tf.io), or write its output once to TFRecord files",
+    )
+
+
+def _map_advice(stage: Stage, label: str, options_off: list[str]) -> StageAdvice:
+    """A stage run by a map: parallel already, or what parallelises it."""
+    head = f"{label} ({stage.op}, {stage.detail})"
+    if stage.parallel:
+        return StageAdvice(stage, False, False, f"{head}: already parallel")
+    if stage.where not in SEQUENTIAL_MAPS:
+        return StageAdvice(
+            stage,
+            True,
+            False,
+            f"{head}: tf.data's options cannot parallelise {stage.where or 'it'}: do this work in a map "
+            f"with {_PARALLEL_CODE.removesuffix(' in the map')}",
+        )
+    if stage.stateful:
+        return StageAdvice(
+            stage,
+            True,
+            False,
+            f"{head}: a stateful op (tf.random.uniform, ...) keeps map_parallelization from running it in "
+            f"parallel: {_PARALLEL_CODE}, or stateless random ops (tf.random.stateless_*)",
+        )
+    if "map_parallelization" in options_off:
+        return StageAdvice(
+            stage,
+            True,
+            False,
+            f"{head}: the program turned map_parallelization off (tf.data.Options), and the tf-data "
+            f"profile keeps a program's own options: {_PARALLEL_CODE}",
+        )
+    return StageAdvice(
+        stage,
+        True,
+        True,
+        f"{head}: `{TUNE_COMMAND}` runs it in parallel (map_parallelization, a private thread pool, "
+        f"unordered output), or {_PARALLEL_CODE}",
+    )
+
+
+def stage_advice(stage: Stage, options_off: list[str]) -> StageAdvice:
+    """What can speed `stage` up, and whether the tf-data tuner's options can (only a sequential,
+    stateless map: they parallelise maps and prefetch, never Python nor an interleave's reads)."""
+    if stage.kind in ("python-generator", "python-function"):
+        return _python_advice(stage)
+    label = _LABELS.get(stage.kind, stage.kind)
+    if stage.where in SEQUENTIAL_MAPS or (stage.kind in ("decode", "map") and stage.parallel is not None):
+        return _map_advice(stage, label, options_off)
+    if stage.kind == "file-read":
+        if stage.parallel:
+            return StageAdvice(
+                stage,
+                False,
+                False,
+                f"file reads ({stage.op}, {stage.detail}): already parallel; if storage is the limit: "
+                "cache() data that fits in memory, faster or local storage",
+            )
+        return StageAdvice(
+            stage,
+            True,
+            False,
+            f"file reads ({stage.op}, {stage.detail}): tf.data's options cannot parallelise them: read "
+            "several files at once (interleave(..., num_parallel_calls=tf.data.AUTOTUNE), or "
+            "TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)); cache() data that fits in "
+            "memory; faster or local storage",
+        )
+    if stage.kind == "prefetch" and not stage.op:
+        if "inject_prefetch" in options_off:
+            return StageAdvice(
+                stage,
+                True,
+                False,
+                f"{stage.detail}, and the program turned inject_prefetch off: add "
+                ".prefetch(tf.data.AUTOTUNE) at the end of the pipeline",
+            )
+        return StageAdvice(
+            stage,
+            False,
+            False,
+            f"{stage.detail}: tf.data adds one itself (inject_prefetch, on by default in recent TensorFlow)",
+        )
+    return StageAdvice(stage, False, False, f"{label} ({stage.op})")
+
+
+def advice(figures: JobFigures) -> list[StageAdvice]:
+    """One piece of advice per stage of the job's input pipeline, the problems first."""
+    found = [stage_advice(s, figures.options_off) for s in figures.stages]
+    return [a for a in found if a.problem] + [a for a in found if not a.problem]
+
+
+# Above this share of the measured time in Python (under one interpreter lock), Python sets the
+# pace of the input: parallelising the other stages cannot make it faster than Python runs.
+PYTHON_PACES = 0.5
+
+
+def _python_paces(figures: JobFigures) -> bool | None:
+    """Whether the Python stages found set the input's pace; None when that was not measured."""
+    if not any(s.kind.startswith("python-") for s in figures.stages):
+        return False
+    if figures.python_fraction is None:
+        return None
+    return figures.python_fraction >= PYTHON_PACES
+
+
+def _input_bound(figures: JobFigures, wait: float) -> str:
+    """The input-bound diagnosis: the tf-data tuner only when a stage found is one it can help, and
+    no Python stage (which its options cannot help) is what the input waits for."""
+    head = f"input-bound: waits on input {wait:.0%} of the step time (> {INPUT_BOUND:.0%})"
+    if figures.python_fraction is not None and any(s.kind.startswith("python-") for s in figures.stages):
+        head += f"; Python functions tf.data called ran {figures.python_fraction:.0%} of the measured time"
+    if figures.pipeline_unknown is not None:
+        return (
+            f"{head}; the input pipeline could not be read ({figures.pipeline_unknown}): "
+            f"`{TUNE_COMMAND}` speeds up a sequential map, not Python (Dataset.from_generator, "
+            f"tf.py_function) nor file reads one file at a time ({GUIDE})"
+        )
+    found = advice(figures)
+    python = _python_paces(figures)
+    if python:
+        return (
+            f"{head}: Python sets the pace of the input (more than {PYTHON_PACES:.0%} of the time), and "
+            f"tf.data's options cannot run Python in parallel, so `{TUNE_COMMAND}` would not help: "
+            f"change the Python stage as its line says ({GUIDE})"
+        )
+    if python is None and any(a.tunable for a in found):
+        return (
+            f"{head}: `{TUNE_COMMAND}` can speed up a sequential map below, not the Python stage, and "
+            f"the time spent in Python was not measured: change the Python stage first ({GUIDE})"
+        )
+    if any(a.tunable for a in found):
+        return (
+            f"{head}: tune the input pipeline: `{TUNE_COMMAND}`, then `{VERIFY_COMMAND}` to keep it only "
+            f"if the job gets faster (the stages below; {GUIDE})"
+        )
+    if any(a.problem for a in found):
+        return (
+            f"{head}: tf.data's options cannot speed up the stages holding it back (below), so "
+            f"`{TUNE_COMMAND}` would not help: change the pipeline ({GUIDE})"
+        )
+    return (
+        f"{head}: every stage found already runs in parallel, so `{TUNE_COMMAND}` would not help: "
+        f"the stages below ({GUIDE})"
+    )
+
+
 def diagnosis(figures: JobFigures) -> str:
     """What the figures say about the job, and what to do about it."""
     wait = figures.input_wait_fraction
@@ -180,10 +465,7 @@ def diagnosis(figures: JobFigures) -> str:
     if wait is None:
         return f"input wait unknown: {figures.input_wait_unknown or 'not measured'}"
     if wait > INPUT_BOUND:
-        return (
-            f"input-bound: waits on input {wait:.0%} of the step time (> {INPUT_BOUND:.0%}): tune the "
-            f"input pipeline: `nodeagent tune --only {TF_DATA_TUNER}` (parallel map, prefetch: {GUIDE})"
-        )
+        return _input_bound(figures, wait)
     return (
         f"compute-bound: waits on input {wait:.0%} of the step time (<= {INPUT_BOUND:.0%}): the "
         "training step itself sets the pace; a faster input pipeline would not help"
@@ -221,6 +503,7 @@ class MeasuredRun:
             "cpu_utilisation": self.cpu_utilisation,
             "figures": None if self.figures is None else self.figures.to_dict(),
             "diagnosis": None if self.figures is None else diagnosis(self.figures),
+            "advice": [] if self.figures is None else [a.to_dict() for a in advice(self.figures)],
         }
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nodeagent.bench.measure import MeasuredRun, diagnosis
+from nodeagent.bench.measure import INPUT_BOUND, MeasuredRun, advice, diagnosis
+from nodeagent.render.literal import one_line
 
 PREFIX = "nodeagent measure:"
 
@@ -15,8 +16,9 @@ def _resources(run: MeasuredRun) -> str:
 
 
 def lines(run: MeasuredRun) -> list[str]:
-    """The summary: steps per second, the input wait share, the diagnosis with its tuner; or, for a
-    job that ran no TensorFlow training step, its wall time and CPU use."""
+    """The summary: steps per second, the input wait share, the diagnosis, then (input-bound or
+    unknown) one line per stage of the input pipeline, problems first, saying what can speed it up;
+    or, for a job that ran no TensorFlow training step, its wall time and CPU use."""
     figures = run.figures
     if figures is None:
         return [f"{PREFIX} no TensorFlow training steps were seen: {_resources(run)}"]
@@ -30,6 +32,11 @@ def lines(run: MeasuredRun) -> list[str]:
             + ("unknown" if wait is None else f"{wait:.0%} of the step time")
         )
     out.append(f"{PREFIX} {diagnosis(figures)}")
+    # The stages matter when input holds the job back, or might: not for a compute-bound job.
+    wait = figures.input_wait_fraction
+    if figures.steps_per_s is not None and (wait is None or wait > INPUT_BOUND):
+        # The op names and details come from the job's own files: one line each, whatever they hold.
+        out.extend(f"{PREFIX} input stage: {one_line(a.text)}" for a in advice(figures))
     out.append(f"{PREFIX} {_resources(run)}")
     out.extend(f"{PREFIX} skipped {reason}" for reason in figures.skipped)
     return out
