@@ -383,7 +383,7 @@ def test_exec_measure_names_the_stages_and_recommends_tf_data_only_where_it_help
         assert any(named in line and where in line for line in stage_lines), (op, where, lines)
 
 
-# A loop over a map calling tf.py_function that sleeps 3 ms per element then a cheap step; the job
+# A loop over a map calling tf.py_function that sleeps 10 ms per element then a cheap step; the job
 # times its own Python calls and its own next() calls, as the hook does, and prints them.
 TIMED_JOB = r"""
 import json, time
@@ -395,7 +395,7 @@ calls = []
 
 def python(i):
     began = clock()
-    time.sleep(0.003)
+    time.sleep(0.010)
     out = np.full([4], i.numpy(), np.float32)
     calls.append((began, clock() - began))
     return out
@@ -437,6 +437,9 @@ def test_the_time_in_python_is_the_time_the_jobs_python_functions_took(tmp_path:
     first, count = figures.warmup_steps, figures.measured_steps
     began, ended = job["starts"][first], job["starts"][first + count]
     spent = sum(d for start, d in job["calls"] if began <= start < ended)
-    # The hook's clock also covers TensorFlow's conversion of the result: a little more, never less.
-    assert figures.python_fraction == pytest.approx(spent / (ended - began), abs=0.05)
+    # The hook's clock also covers TensorFlow's conversion of the argument and the result around the
+    # job's function: never less than the job's own time (but for the clocks' rounding), a little more
+    # (the 10 ms sleep keeps that small even on a loaded machine).
+    own = spent / (ended - began)
+    assert own - 0.01 <= figures.python_fraction <= own + 0.08, (figures.python_fraction, own)
     assert [s.kind for s in figures.stages] == ["python-function", "batch", "prefetch"]
