@@ -22,6 +22,8 @@ What is wrapped, right after the module that defines it is imported:
   more. Only a plain tf.data iterator with steps_per_execution=1 is measured so; otherwise (several
   steps per call, a tf.distribute iterator of per-replica values, a Keras other than 3) the calls
   are still counted and the input wait is reported unknown, with the reason.
+- Python called by tf.data (a from_generator generator, tf.py_function, tf.numpy_function): the
+  __call__ of TensorFlow's FuncRegistry (tensorflow/python/ops/script_ops.py), timed only.
 - tf_keras (Keras 2: tf_keras/src/engine/training.py) pulls the batch inside its compiled
   train_function, which cannot be fed anything but an iterator without retracing each step: its
   calls are counted, steps_per_execution steps each, and the input wait is unknown.
