@@ -35,6 +35,13 @@ class CheckRequest:
 
         return judge.selected_checks(self.playbook, list(self.only), list(self.skip))
 
+    def argv(self) -> list[str]:
+        """The request as `nodeagent check` arguments for a node of a fleet, which reports as JSON
+        (the playbook's selection made here; its rules and the baseline judge here, not there)."""
+        from nodeagent.cluster.runner import agent_check_argv
+
+        return agent_check_argv([c.id for c in self.checks()], self.timeout_s, self.root)
+
 
 @dataclass
 class CheckRun:

@@ -191,10 +191,7 @@ def slurm_check(
     from nodeagent.cluster.slurm import check_outcome
 
     validate_slurm_check(request)
-    ids = ",".join(c.id for c in request.checks())
-    argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{request.timeout_s:g}"]
-    argv += ["--root", request.root] if request.root else []
-    return FleetRun(_on_slurm(target, argv, check_outcome, fleet, on_done, compare=True))
+    return FleetRun(_on_slurm(target, request.argv(), check_outcome, fleet, on_done, compare=True))
 
 
 def validate_slurm_check(request: CheckRequest) -> None:

@@ -197,9 +197,7 @@ class CheckJob:
 
     def __call__(self, spec: HostSpec, host: Shell) -> HostOutcome:
         if self.remote_agent:
-            ids = ",".join(c.id for c in self.checks)
-            argv = ["check", "--format", "json", "--facts", "--only", ids, "--timeout", f"{self.timeout_s:g}"]
-            doc, _ = _agent_json(spec, host, argv)
+            doc, _ = _agent_json(spec, host, agent_check_argv([c.id for c in self.checks], self.timeout_s))
             # The node names itself by its hostname; the fleet knows it by its inventory name.
             doc["hostname"] = doc.get("host")
             doc["host"] = spec.name
@@ -261,6 +259,22 @@ class CheckJob:
                 values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
                 report.results = judge.judged(report.results, values, self.playbook, self.baseline, spec.name)
             return _values(HostOutcome(spec.name, spec.address, report.to_dict(), facts))
+
+
+def agent_check_argv(check_ids: Sequence[str], timeout_s: float, root: str | None = None) -> list[str]:
+    """`nodeagent check` as a node runs it for the fleet (over SSH or as a Slurm step): its report
+    and facts as JSON, the fleet's checks and time limit, and `root` (a path on the node) when given."""
+    argv = [
+        "check",
+        "--format",
+        "json",
+        "--facts",
+        "--only",
+        ",".join(check_ids),
+        "--timeout",
+        f"{timeout_s:g}",
+    ]
+    return argv + (["--root", root] if root else [])
 
 
 def _check_report(spec: HostSpec, doc: dict[str, Any]) -> None:
