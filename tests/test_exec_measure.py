@@ -31,6 +31,7 @@ from nodeagent.hooks import _nodeagent_measure as hook
 from nodeagent.hooks import sitecustomize
 from nodeagent.render import measure as measure_text
 from nodeagent.tuning import launcher
+from tests.measure_files import write_measurement
 
 EXE = [sys.executable, "-m", "nodeagent", "exec"]
 HOOKS = str(launcher.HOOKS_DIR)
@@ -141,28 +142,11 @@ def test_the_periodic_line_covers_the_steps_since_the_last_one(capsys: pytest.Ca
 # -- combining the processes' files --------------------------------------------------------------
 
 
-def _file(folder: Path, pid: int, **fields: Any) -> None:
-    doc = {
-        "pid": pid,
-        "source": "tf-data-loop",
-        "steps": 105,
-        "warmup_steps": 5,
-        "measured_steps": 100,
-        "seconds": 10.0,
-        "steps_per_s": 10.0,
-        "input_wait_s": 2.0,
-        "input_wait_fraction": 0.2,
-        "input_wait_unknown": None,
-    }
-    doc.update(fields)
-    (folder / f"{pid}.json").write_text(json.dumps(doc))
-
-
 def test_read_sums_the_ranks_rates_and_weights_their_waits_by_time(tmp_path: Path) -> None:
-    _file(tmp_path, 100)  # 10 steps/s, waits 2 s of 10 s
-    _file(tmp_path, 101, seconds=30.0, measured_steps=240, steps_per_s=8.0, input_wait_s=12.0)
+    write_measurement(tmp_path, 100)  # 10 steps/s, waits 2 s of 10 s
+    write_measurement(tmp_path, 101, seconds=30.0, measured_steps=240, steps_per_s=8.0, input_wait_s=12.0)
     (tmp_path / "102.json").write_text('{"pid": 102, "source": "tf-data-loop", "steps": ')
-    _file(tmp_path, 103, steps="many")
+    write_measurement(tmp_path, 103, steps="many")
     (tmp_path / ".104.json.tmp").write_text("half a file being written")
     figures = measure.read(tmp_path)
     assert figures is not None
@@ -180,8 +164,8 @@ def test_read_sums_the_ranks_rates_and_weights_their_waits_by_time(tmp_path: Pat
 
 
 def test_one_rank_with_an_unknown_wait_makes_the_jobs_unknown(tmp_path: Path) -> None:
-    _file(tmp_path, 1)
-    _file(
+    write_measurement(tmp_path, 1)
+    write_measurement(
         tmp_path, 2, source="keras-fit", input_wait_s=None, input_wait_fraction=None, input_wait_unknown="why"
     )
     figures = measure.read(tmp_path)

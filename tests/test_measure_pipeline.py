@@ -22,6 +22,7 @@ import pytest
 from nodeagent.bench import measure
 from nodeagent.hooks import _nodeagent_measure as hook
 from nodeagent.render import measure as measure_text
+from tests.measure_files import write_measurement
 
 GRAPHS = Path(__file__).parent / "fixtures" / "measure"
 EXE = [sys.executable, "-m", "nodeagent", "exec"]
@@ -227,21 +228,10 @@ def test_a_stage_from_a_file_is_one_line_whatever_it_holds() -> None:
 
 
 def _file(folder: Path, pid: int, pipeline: Any, python_s: float | None = None) -> None:
-    doc = {
-        "pid": pid,
-        "source": "tf-data-loop",
-        "steps": 105,
-        "warmup_steps": 5,
-        "measured_steps": 100,
-        "seconds": 10.0,
-        "steps_per_s": 10.0,
-        "input_wait_s": 6.0,
-        "input_wait_fraction": 0.6,
-        "input_wait_unknown": None,
-        "pipeline": pipeline,
-        "python_s": python_s,
-    }
-    (folder / f"{pid}.json").write_text(json.dumps(doc))
+    """An input-bound process (it waited 6 s of 10 s) with its pipeline and Python time."""
+    write_measurement(
+        folder, pid, input_wait_s=6.0, input_wait_fraction=0.6, pipeline=pipeline, python_s=python_s
+    )
 
 
 def test_read_takes_the_stages_from_the_measurement_files(tmp_path: Path) -> None:
