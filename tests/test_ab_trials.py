@@ -13,6 +13,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,84 @@ def test_trials_decided_before_the_limit_say_after_how_many_pairs() -> None:
     result = ab.run_trials(FixedWorkload([0.3] * 40), limits, lambda side: None)
     assert result.verdict == stats.FASTER and result.pairs < 40
     assert result.stopped == f"decided after {result.pairs} pairs"
+
+
+class Clock:
+    """A clock that only moves when a block runs: its blocks take `block_s` seconds each (or in turn
+    from a list), with `head_s` of preparation before the trials."""
+
+    def __init__(self, block_s: float | list[float], head_s: float = 0.0) -> None:
+        self.now = 1000.0
+        self.started = self.now
+        self.now += head_s
+        self.durations = iter(block_s) if isinstance(block_s, list) else None
+        self.block_s = block_s if isinstance(block_s, float) else 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self) -> None:
+        self.now += next(self.durations) if self.durations is not None else self.block_s
+
+
+class TimedWorkload(FixedWorkload):
+    def __init__(self, values: list[float], clock: Clock) -> None:
+        super().__init__(values)
+        self.clock = clock
+
+    def block(self, number: int, order: tuple[str, str], switch: ab.Switch, on_trial: ab.TrialFn) -> ab.Block:
+        self.clock.tick()
+        return super().block(number, order, switch, on_trial)
+
+
+def budgeted(job: judged.Job, clock: Clock) -> ab.Limits:
+    return replace(job.limits(clock.started), clock=clock)
+
+
+def test_a_budget_holds_with_the_preparation_and_ends_with_a_final_look() -> None:
+    """--quick on a command: 165 s from the start of the preparation (20 s of it here), blocks of
+    7 s: 20 of them fit (20 + 20 x 7 = 160 s, a 21st would end at 167 s). B and A 20% apart by
+    turns: no answer, so the final look at 20 pairs says the budget could not decide."""
+    clock = Clock(7.0, head_s=20.0)
+    limits = budgeted(judged.Job(("x",), quick=True), clock)
+    result = ab.run_trials(TimedWorkload([0.2, -0.2] * 100, clock), limits, lambda side: None)
+    assert result.pairs == 20
+    assert clock.now - clock.started <= judged.QUICK_BUDGET_S
+    assert result.stopped == "the time budget (165 s, start-up included) was reached after 20 pairs"
+    assert result.verdict == stats.UNDECIDED and result.estimate is not None
+    assert result.estimate.n == 20 and result.estimate.decided
+    assert result.exit_code == ab.EXIT_NOT_FASTER
+
+
+def test_a_budget_predicts_the_next_block_from_the_longest_recent_one() -> None:
+    """Blocks of 5 s, then the machine gets busy and they take 30 s: the trials stop when the
+    longest of the last three would pass the budget, not after it."""
+    clock = Clock([5.0] * 20 + [30.0] * 20)
+    limits = budgeted(judged.Job(("x",), quick=True), clock)
+    result = ab.run_trials(TimedWorkload([0.2, -0.2] * 100, clock), limits, lambda side: None)
+    # 20 x 5 = 100 s, then 30 s blocks: 130 and 160 s; a third would end at 190 s.
+    assert result.pairs == 22
+    assert clock.now - clock.started == 160.0
+
+
+def test_a_budget_too_short_for_any_verdict_says_so_after_the_first_pair() -> None:
+    """A pair of 40 s: 4 fit in 165 s, and at least 6 all of one sign are needed to show a
+    difference at 95%: the trials stop after the first pair and say why."""
+    clock = Clock(40.0)
+    limits = budgeted(judged.Job(("x",), quick=True), clock)
+    result = ab.run_trials(TimedWorkload([0.3] * 10, clock), limits, lambda side: None)
+    assert result.pairs == 1
+    assert result.stopped.startswith("a pair takes 40.0 s, so only 4 pair(s) fit in the time budget of 165 s")
+    assert "at least 6 are needed" in result.stopped
+    assert result.verdict == stats.UNDECIDED
+
+
+def test_a_clear_change_is_decided_before_the_budget() -> None:
+    clock = Clock(7.0)
+    limits = budgeted(judged.Job(("x",), quick=True), clock)
+    result = ab.run_trials(TimedWorkload([0.1] * 100, clock), limits, lambda side: None)
+    assert result.verdict == stats.FASTER
+    assert result.stopped == "decided after 11 pairs"
 
 
 # -- nodeagent verify ------------------------------------------------------------------------------

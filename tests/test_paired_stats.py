@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from nodeagent.bench import paired
 from nodeagent.bench.paired import Design, analyse, critical_count, design, estimate, signed_rank_cdf
-from nodeagent.bench.stats import FASTER, SAME, SLOWER
+from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
 
 # -- published values ---------------------------------------------------------------------------
 
@@ -333,6 +333,34 @@ def test_no_difference_is_decided_at_the_limit() -> None:
     assert last.reason.endswith("the limit of 20 pairs is reached")
 
 
+def test_a_final_look_gets_what_the_looks_before_it_left_of_alpha() -> None:
+    """Haybittle-Peto over 200 pairs: looks at 11, 17, 26, 39, 59, 89, 134 (0.1% each) and 200. A
+    budget ending the trials at 70 pairs leaves 5% - 5 x 0.1% = 4.5% to the final look there; at
+    11 pairs, where no look came before, all 5%; at the limit, the last look's own level."""
+    des = design(200, interim_alpha=0.001)
+    assert des.looks == (11, 17, 26, 39, 59, 89, 134, 200)
+    assert des.final_level(70) == pytest.approx(0.955)
+    assert des.final_level(59) == pytest.approx(0.954)  # the look at 59 is replaced by the final one
+    assert des.final_level(11) == pytest.approx(0.95)
+    assert des.final_level(200) == pytest.approx(des.level_at(200)) == pytest.approx(0.957)
+
+
+def test_a_final_look_decides_and_says_when_the_budget_left_it_open() -> None:
+    des = design(200, precision_pct=3.0, interim_alpha=0.001)
+    wide = [(-1) ** i * (i + 1) / 100 for i in range(30)]  # +-1% .. +-30%, alternating: no answer
+    e = analyse(wide, des, final=True)
+    assert (e.verdict, e.decided, e.level) == (UNDECIDED, True, pytest.approx(0.953))
+    assert e.reason.startswith("could not decide within the budget: the trials were too noisy")
+    assert e.reason.endswith("the interval is wider than the +-3% asked for")
+    assert not analyse(wide, des).decided  # 30 pairs is no planned look
+    slower = [math.log(0.95) + v for v in (-0.01, 0.012, -0.004, 0.007, -0.009, 0.003, 0.0, -0.002)]
+    assert analyse(slower, des, final=True).verdict == SLOWER  # 8 pairs all below 1 at 95%
+    rng = random.Random(4)
+    near = [rng.gauss(0, 0.01) for _ in range(30)]
+    precise = analyse(near, des, final=True)
+    assert precise.verdict == SAME and "precise to +-" in precise.reason
+
+
 def test_precision_decides_no_difference() -> None:
     rng = random.Random(9)
     des = design(200, precision_pct=3.0)
@@ -444,3 +472,66 @@ def test_haybittle_peto_finds_a_small_change_with_fewer_pairs() -> None:
     even = power(design(40), slower, runs=400, seed=13)
     peto = power(design(40, interim_alpha=0.001), slower, runs=400, seed=13)
     assert peto >= even + 0.08, (even, peto)
+
+
+def budgeted_run(rng: random.Random, des: Design, effect: float, budget_s: float) -> paired.Estimate:
+    """One run under a time budget, as nodeagent.bench.ab runs it: a block takes 1-3 s, longer the
+    further its value is from the centre (a disturbed pair is both slow and off), so when the budget
+    ends the trials depends on the data's sizes, never on their signs; the next block starts only
+    when the longest of the last three would still end within the budget."""
+    d: list[float] = []
+    spent, durations = 0.0, [0.0]
+    while len(d) < des.limit and spent + max(durations[-3:]) <= budget_s:
+        noise = t3_noise(rng, 0.15)
+        durations.append(1.0 + min(2.0, 4 * abs(noise)) + rng.random() * 0.5)
+        spent += durations[-1]
+        d.append(effect + noise)
+        if len(d) in des.looks:
+            e = analyse(d, des)
+            if e.decided:
+                return e
+    return analyse(d, des, final=True)
+
+
+@pytest.mark.parametrize(("budget_s", "seed"), [(40.0, 21), (150.0, 22)])
+def test_a_time_budget_keeps_the_false_positive_rate(budget_s: float, seed: int) -> None:
+    """No effect, heavy-tailed noise, the budget ending the trials wherever the blocks' durations
+    put it (before the first interim look, or between later ones), its final look at nearly 95%:
+    a false "faster" or "slower" at most 5% of the time (up to 3 Monte Carlo standard errors)."""
+    des = design(200, precision_pct=3.0, interim_alpha=0.001)
+    rng = random.Random(seed)
+    runs = 1500
+    outcomes = [budgeted_run(rng, des, 0.0, budget_s) for _ in range(runs)]
+    false_positives = sum(e.verdict in (FASTER, SLOWER) for e in outcomes) / runs
+    assert false_positives <= des.alpha + 3 * math.sqrt(des.alpha * (1 - des.alpha) / runs)
+    assert all(e.decided for e in outcomes)
+    assert {e.verdict for e in outcomes} >= {UNDECIDED}  # 15% noise: +-3% is out of reach in time
+
+
+def test_a_budgets_final_look_finds_a_small_change_more_often_than_an_even_split() -> None:
+    """B 5% slower, 15% heavy-tailed noise, 60 pairs in the budget. Haybittle-Peto with the final
+    look where the budget ends (at 95.4%) finds it in about nine runs of ten; alpha shared evenly by
+    the 9 looks of 200 pairs, judged at the last planned look the budget reached (48 pairs, at
+    99.44%), in about two of three (91% and 65% with these seeds; the Monte Carlo standard error is
+    under 3%)."""
+    budgeted = design(200, precision_pct=3.0, interim_alpha=0.001)
+    even = design(200, precision_pct=3.0)
+    runs, pairs = 300, 60
+    found_budgeted = found_even = 0
+    for i in range(runs):
+        rng = random.Random(1000 + i)
+        d = [math.log(0.95) + t3_noise(rng, 0.15) for _ in range(pairs)]
+        found_budgeted += first_decided_within(d, budgeted, final=True).verdict == SLOWER
+        found_even += first_decided_within(d, even, final=False).verdict == SLOWER
+    assert found_budgeted >= 0.85 * runs, found_budgeted
+    assert found_budgeted >= found_even + 0.15 * runs, (found_budgeted, found_even)
+
+
+def first_decided_within(d: list[float], des: Design, final: bool) -> paired.Estimate:
+    """The first planned look that decides within len(d) blocks; else a final look at len(d)
+    (`final`) or the last planned look reached, as a budget that ends the trials there judges."""
+    looks = [n for n in des.looks if n <= len(d)]
+    early = next((e for e in (analyse(d[:n], des) for n in looks) if e.decided), None)
+    if early is not None:
+        return early
+    return analyse(d, des, final=True) if final else analyse(d[: looks[-1]], des)

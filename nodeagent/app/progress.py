@@ -182,6 +182,7 @@ class Trials:
         self.flow = flow
         self.label = job.label
         self.limit = job.design().limit
+        self.budget_s = job.budget_s
         self.counted = 0
         self.tuner: str | None = None
         self.started = False
@@ -192,7 +193,9 @@ class Trials:
         if not self.started:
             self.started = True
             each = " per change" if self.tuner is not None else ""
-            self.emit(Stage(self.flow, f"A/B trials of {self.label}: at most {self.limit} pairs{each}"))
+            within = "" if self.budget_s is None else f" within {self.budget_s:.0f} s (start-up included)"
+            sizes = f"at most {self.limit} pairs{within}{each}"
+            self.emit(Stage(self.flow, f"A/B trials of {self.label}: {sizes}"))
 
     def change(self, p: ChangeProgress) -> None:
         """tune --verify starts on the next change: its pairs count afresh."""

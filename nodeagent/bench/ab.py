@@ -24,8 +24,9 @@ Design (the statistics are nodeagent.bench.paired's; this module runs the trials
   /proc/stat reading: steal included) is **disturbed**: its block is reported and run again (at
   most `max_reruns` times), since its figures say more about the neighbour than about the change.
 - The trials stop at a planned look when the interval is decided (nodeagent.bench.paired:
-  significant either way, or within the precision asked for), at the block limit, or when the time
-  budget is spent once the first look is passed (the verdict is then the last planned look's).
+  significant either way, or within the precision asked for), at the block limit, or before a block
+  that would end past the time budget (start-up included): the verdict is then a final look at the
+  blocks done, at nearly the full 95%, or "could not decide within the budget".
 
 Rates are "higher is better": steps/s from nodeagent's measuring hook (TensorFlow jobs, no code
 change), a figure read from the job's output with --metric REGEX (the first group of the last
@@ -203,8 +204,15 @@ def order_of(block: int) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Limits:
     design: paired.Design
-    budget_s: float | None = None  # stop at the first block past this much wall time
+    budget_s: float | None = None  # the whole run's wall time, start-up included (see run_trials)
     max_reruns: int | None = None  # disturbed blocks run again at most this often (None: limit // 4)
+    started: float | None = None  # clock() when the budget began (None: when the trials start)
+    clock: Callable[[], float] = time.monotonic
+
+
+# How many of the latest blocks predict the next one's duration (their longest): a machine that
+# became busier shows in the last blocks first.
+RECENT_BLOCKS = 3
 
 
 def run_trials(
@@ -214,18 +222,33 @@ def run_trials(
     on_trial: TrialFn | None = None,
     on_block: Callable[[Block, paired.Estimate | None], None] | None = None,
 ) -> ABResult:
-    """Blocks until the design decides, the block limit, or the time budget; the workload is closed."""
-    start = time.monotonic()
+    """Blocks until the design decides, the block limit, or the time budget; the workload is closed.
+
+    Under a budget, a block is started only when the longest of the latest blocks would still end
+    within it, so the budget holds (start-up included) on a loaded machine too; the trials then end
+    with the design's final look at the blocks done (paired.analyse(final=True)). When the first
+    block shows that too few blocks fit to ever show a difference, the trials stop there and say so.
+    """
+    clock = limits.clock
+    start = clock()
+    since = limits.started if limits.started is not None else start
     design = limits.design
     reruns_left = design.limit // 4 if limits.max_reruns is None else limits.max_reruns
     blocks: list[Block] = []
+    durations: list[float] = []
     values: list[float] = []
     estimate: paired.Estimate | None = None
     stopped = f"the pair limit ({design.limit}) was reached"
     failed = None
+    out_of_time: str | None = None
     try:
         while len(values) < design.limit:
+            out_of_time = _no_time_for_more(limits, clock() - since, durations, len(values))
+            if out_of_time is not None:
+                break
+            began = clock()
             block = workload.block(len(blocks) + 1, order_of(len(blocks)), switch, on_trial or _ignore)
+            durations.append(clock() - began)
             blocks.append(block)
             if block.error is not None or block.value is None:
                 failed = block.error or f"block {block.number} gave no figure"
@@ -245,12 +268,11 @@ def run_trials(
                 if len(values) < design.limit:
                     stopped = f"decided after {len(values)} pairs"
                 break
-            # The budget counts from the first look on: before it no verdict can be reached.
-            if estimate is not None and _spent(limits.budget_s, start):
-                stopped = _out_of_time(limits.budget_s, len(values), estimate)
-                break
     finally:
         workload.close()
+    if out_of_time is not None and failed is None:
+        stopped = out_of_time
+        estimate = paired.analyse(values, design, final=True) if values else None
     if failed is None and estimate is None:
         failed = f"too few pairs to judge: {len(values)}, at least {design.looks[0]} are needed"
     notes = _notes(blocks, reruns_left)
@@ -262,7 +284,7 @@ def run_trials(
         estimate,
         stopped,
         failed,
-        time.monotonic() - start,
+        clock() - start,
         notes,
     )
 
@@ -280,17 +302,27 @@ def _tell(
         on_block(block, est)
 
 
-def _spent(budget_s: float | None, start: float) -> bool:
-    return budget_s is not None and time.monotonic() - start >= budget_s
-
-
-def _out_of_time(budget_s: float | None, pairs: int, estimate: paired.Estimate) -> str:
-    """Why the trials stopped early. The verdict is the last planned look's: analysing again at an
-    unplanned number of pairs would be one look more than the error rate was shared among."""
-    head = f"the time budget ({budget_s or 0:.0f} s) was spent after {pairs} pairs"
-    if estimate.n != pairs:
-        return f"{head}; the verdict is the last planned look's, at {estimate.n} pairs"
-    return head
+def _no_time_for_more(limits: Limits, elapsed: float, durations: Sequence[float], pairs: int) -> str | None:
+    """Why no further block may start under the budget (None: it may, or there is no budget). The
+    next block is predicted to take as long as the longest of the latest ones; before the first
+    block nothing is known, and the first one runs."""
+    budget = limits.budget_s
+    if budget is None or not durations:
+        return None
+    left = budget - elapsed
+    block_s = max(durations[-RECENT_BLOCKS:])
+    fits = pairs + max(0, math.floor(left / block_s)) if block_s > 0 else limits.design.limit
+    # The final look's interval can exclude 1 only from this many pairs on.
+    needed = paired.min_blocks(limits.design.final_level(limits.design.limit))
+    if len(durations) == 1 and fits < needed:
+        return (
+            f"a pair takes {block_s:.1f} s, so only {fits} pair(s) fit in the time budget of {budget:.0f} s "
+            f"(start-up included), and at least {needed} are needed to ever show a difference: give the "
+            "trials more time (without --quick) or a shorter job"
+        )
+    if left >= block_s:
+        return None
+    return f"the time budget ({budget:.0f} s, start-up included) was reached after {pairs} pairs"
 
 
 def _notes(blocks: Sequence[Block], reruns_left: int) -> list[str]:

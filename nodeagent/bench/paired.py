@@ -54,8 +54,16 @@ The sequential design (and why it keeps the error rate):
     2.77 / 2.05). Haybittle, "Repeated assessment of results in clinical trials of cancer
     treatment", Br J Radiol 44, 1971, https://doi.org/10.1259/0007-1285-44-526-793; Peto et al.,
     Br J Cancer 34, 1976, https://doi.org/10.1038/bjc.1976.220.
-  - **Evenly** (when a time budget may end the trials at any look): each of the K looks gets
-    alpha/K, so whichever look is the last one reached keeps the same power.
+  - **Evenly**: each of the K looks gets alpha/K.
+- **A time budget** ends the trials with a **final look** at however many blocks fit in it
+  (`analyse(..., final=True)`): it gets what the looks before it left of alpha (with Haybittle-Peto
+  nearly all of it), so the budget's last look keeps nearly the full 95% whenever it comes. This
+  keeps the error rate because when the budget ends the trials depends only on how long the blocks
+  took, which under no effect says nothing about the signs of the d values: a block's duration is
+  the same whichever of its trials is A (A and B are exchangeable), and given the durations each
+  sign pattern stays equally likely, so the final look's signed-rank interval keeps its level. A
+  final look that neither excludes 1 nor reaches the precision is **undecided** (stats.UNDECIDED):
+  the budget, not the answer, ended the trials.
 - A look **decides** when its interval excludes 1 (B is faster or slower), or when the interval's
   half-width is at most the precision asked for (no difference larger than that can be shown with
   more trials at reasonable cost, and stopping to say "not different" never adds a false
@@ -79,7 +87,7 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Any
 
-from nodeagent.bench.stats import FASTER, SAME, SLOWER
+from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
 
 ALPHA = 0.05  # the probability of any false "faster" or "slower" over a whole run
 READING_LEVEL = 0.95  # the unadjusted interval reported for reading the magnitude
@@ -303,6 +311,12 @@ class Design:
             return (self.alpha / k,) * k
         return (self.interim_alpha,) * (k - 1) + (self.alpha - self.interim_alpha * (k - 1),)
 
+    def final_level(self, n: int) -> float:
+        """The level of a final look at n blocks (a time budget ended the trials there): 1 minus what
+        the planned looks before n left of alpha (at the limit: the last look's level)."""
+        spent = sum(a for look, a in zip(self.looks[:-1], self.alphas, strict=False) if look < n)
+        return 1 - (self.alpha - spent)
+
     def level_at(self, n: int) -> float:
         """The confidence level of the look at n blocks; between looks, the next look's."""
         index = next((i for i, look in enumerate(self.looks) if look >= n), len(self.looks) - 1)
@@ -427,31 +441,43 @@ def _verdict(log_ci: tuple[float, float]) -> str:
 
 
 def analyse(
-    d: Sequence[float], design: Design, names: tuple[str, str] = ("A", "B"), unit: str = "pairs"
+    d: Sequence[float],
+    design: Design,
+    names: tuple[str, str] = ("A", "B"),
+    unit: str = "pairs",
+    final: bool = False,
 ) -> Estimate:
     """The estimate after len(d) blocks. Call it at the design's looks: at another number of blocks it
-    analyses all the same, but the estimate is decided only at the last look."""
+    analyses all the same, but the estimate is decided only at the last look. `final`: a time budget
+    ended the trials here; this look gets the rest of alpha and always decides (undecided when it
+    neither excludes 1 nor reaches the precision)."""
     n = len(d)
     if n > design.limit:
         raise ValueError(f"{n} {unit} is more than the design's limit of {design.limit}")
-    loc = estimate(d, design.level_at(n))
+    loc = estimate(d, design.final_level(n) if final else design.level_at(n))
     verdict = _verdict(loc.ci)
     width = half_width_pct(loc.ci)
     precise = design.precision_pct is not None and width <= design.precision_pct
     at_look = n in design.looks
     last = n == design.limit
-    decided = last or (at_look and (verdict != SAME or precise))
+    decided = final or last or (at_look and (verdict != SAME or precise))
+    if final and verdict == SAME and not precise and not last:
+        verdict = UNDECIDED
     shown = _shown(loc, names, unit)
-    if verdict != SAME:
+    if verdict in (FASTER, SLOWER):
         head = _difference(loc.centre, names, verdict)
+    elif verdict == UNDECIDED:
+        head = f"{UNDECIDED}: the trials were too noisy to tell {names[1]} from {names[0]} in time"
     else:
         head = f"no significant difference between {names[1]} and {names[0]}"
     if not decided:
         tail = _pending(n, at_look, design, unit)
-    elif verdict != SAME:
+    elif verdict in (FASTER, SLOWER):
         tail = ""
     elif precise:
         tail = f"; {_precision_text(loc.ci, width, design.precision_pct)}"
+    elif verdict == UNDECIDED:
+        tail = f"; the interval is wider than the +-{design.precision_pct or 0:g}% asked for"
     else:
         tail = f"; the limit of {design.limit} {unit} is reached"
     return Estimate(

@@ -44,6 +44,9 @@ from typing import Any
 FASTER = "faster"
 SLOWER = "slower"
 SAME = "no significant difference"
+# A/B verify under a time budget only: the budget ended the trials with an interval that neither
+# excludes 1 nor is within the precision asked for (nodeagent.bench.paired).
+UNDECIDED = "could not decide within the budget"
 VERDICTS = (FASTER, SLOWER, SAME)
 
 LEVEL = 0.95

@@ -61,13 +61,15 @@ TRIAL_STEPS = {True: 8, False: 4}
 # and blocks of 16 varied by 3.1%. So --quick spends its budget on longer blocks, as few as its
 # first look needs (7) and a few more.
 PAIRS_PER_BLOCK = {True: 48, False: 16}
-# --quick on the built-in workload: stop within this budget, or when the interval is within +-3%.
+# --quick: the whole run (nodeagent's start-up, every trial's and worker's start-up included) ends
+# within this budget, with the verdict of a final look at the pairs done; or earlier, when the
+# interval is within +-3%. 165 s leaves room for the history record and the report within 3 minutes.
 QUICK_BUDGET_S = 165.0
 QUICK_PRECISION_PCT = 3.0
-BLOCKS = {  # the block limit: (built-in, command) x quick
+BLOCKS = {  # the block limit: (built-in, command) x quick; under --quick the budget ends them sooner
     (True, True): 10,
     (True, False): 40,
-    (False, True): 20,
+    (False, True): 200,
     (False, False): 40,
 }
 PRECISION_PCT = 1.0  # otherwise: stop when the ratio is known within +-1%
@@ -113,20 +115,23 @@ class Job:
         self.pattern()
         self.design()
 
+    @property
+    def budget_s(self) -> float | None:
+        return QUICK_BUDGET_S if self.quick else None
+
     def design(self) -> paired.Design:
         limit = self.pairs if self.pairs is not None else BLOCKS[(self.builtin, self.quick)]
-        budgeted = self.quick and self.builtin
-        precision = QUICK_PRECISION_PCT if budgeted else PRECISION_PCT
-        # A time budget may end the trials at any look, so each keeps an even share of alpha;
-        # trials that run to their pair limit judge a small change there at nearly the full level.
-        interim = None if budgeted else paired.INTERIM_ALPHA
+        precision = QUICK_PRECISION_PCT if self.quick else PRECISION_PCT
+        # Haybittle-Peto: the interim looks spend 0.1% each, so the last look (the limit, or the
+        # final look wherever the time budget ends the trials) judges a small change at nearly 95%.
         try:
-            return paired.design(limit, precision_pct=precision, interim_alpha=interim)
+            return paired.design(limit, precision_pct=precision, interim_alpha=paired.INTERIM_ALPHA)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
-    def limits(self) -> ab.Limits:
-        return ab.Limits(self.design(), QUICK_BUDGET_S if self.quick and self.builtin else None)
+    def limits(self, started: float | None = None) -> ab.Limits:
+        """The trials' design and budget; `started` (time.monotonic()) is when the budget began."""
+        return ab.Limits(self.design(), self.budget_s, started=started)
 
     @property
     def label(self) -> str:
@@ -210,15 +215,18 @@ def trials(
     a_text: str | None,
     on_trial: ab.TrialFn | None = None,
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
+    started: float | None = None,
 ) -> ab.ABResult:
     """A/B trials of the job: B through `b_profile` with the journals' runtime values, A through
-    `a_text` with their old values. The runtime values are left as B has them."""
+    `a_text` with their old values. The runtime values are left as B has them. A time budget counts
+    from `started` (time.monotonic()), or from now."""
     from nodeagent.tuning import toggle
 
+    limits = job.limits(started)
     switch = toggle.RuntimeSwitch(_live(journals))
     with side_a_profile(a_text) as a_name, side_b_profile(b_profile) as b_name:
         try:
-            return ab.run_trials(workload(job, a_name, b_name), job.limits(), switch.to, on_trial, on_block)
+            return ab.run_trials(workload(job, a_name, b_name), limits, switch.to, on_trial, on_block)
         finally:
             switch.to(ab.B)
 
@@ -362,9 +370,10 @@ def verify_profile(
     from nodeagent.tuning import history
     from nodeagent.tuning.state import StateDiskError
 
+    started = time.monotonic()  # the budget counts the preparation (data, profiles) too
     job.validate()
     journals = check_profile(profile_name)
-    result = trials(job, profile_name, journals, None, on_trial, on_block)
+    result = trials(job, profile_name, journals, None, on_trial, on_block, started)
     out = ProfileVerdict(
         profile_name, job, result, settings_diff(None, _profile_text(profile_name)), _runtime(journals)
     )
@@ -473,7 +482,8 @@ def one_at_a_time(
             continue
         if on_change is not None:
             on_change(Progress(plan.tuner, number, len(plans)))
-        verdict = _judge(host, plan, profile_name, job, verifiers, on_trial, on_block)
+        # Each change has a budget of its own, from its apply on.
+        verdict = _judge(host, plan, profile_name, job, verifiers, on_trial, on_block, time.monotonic())
         out.changes.append(verdict)
         if verdict.result is not None:
             _remember(out, host.name, profile_name, verdict)
@@ -490,6 +500,7 @@ def _judge(
     verifiers: dict[str, Verifier] | None,
     on_trial: ab.TrialFn | None,
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None,
+    started: float,
 ) -> ChangeVerdict:
     from nodeagent.tuning import apply, journal
 
@@ -503,7 +514,7 @@ def _judge(
         j = applied.journal
         out = ChangeVerdict(plan.tuner, KEPT, applied=applied, runtime=_runtime([j]))
         out.settings = settings_diff(a_text, _profile_text(profile_name))
-        out.result = trials(job, profile_name, [j], a_text, on_trial, on_block)
+        out.result = trials(job, profile_name, [j], a_text, on_trial, on_block, started)
         if out.result.verdict != stats.FASTER:
             out.decision = REVERTED
             out.reverted = apply.revert(j)

@@ -41,7 +41,8 @@ trial_timeout_option = click.option(
 @click.option(
     "--quick",
     is_flag=True,
-    help="Built-in workload: small data, at most about 3 minutes, stop at +-3%; a command: at most 20 pairs.",
+    help="At most about 3 minutes, start-up included (the verdict of the pairs done then), stop at "
+    "+-3%; the built-in workload on small data.",
 )
 @pairs_option
 @metric_option
