@@ -314,14 +314,15 @@ def test_a_budget_predicts_the_next_block_from_the_longest_recent_one() -> None:
     assert clock.now - clock.started == 160.0
 
 
-def test_a_budget_too_short_for_any_verdict_says_so_after_the_first_pair() -> None:
-    """A pair of 40 s: 4 fit in 165 s, and at least 6 all of one sign are needed to show a
-    difference at 95%: the trials stop after the first pair and say why."""
-    clock = Clock(40.0)
+def test_a_budget_too_short_for_any_verdict_says_so_after_the_second_pair() -> None:
+    """A first pair of 60 s (cold caches), then pairs of 40 s: 3 fit in 165 s, and at least 6 all of
+    one sign are needed to show a difference at 95%: the trials stop after the second pair (the
+    first alone would overstate the time a pair takes) and say why."""
+    clock = Clock([60.0] + [40.0] * 10)
     limits = budgeted(judged.Job(("x",), quick=True), clock)
     result = ab.run_trials(TimedWorkload([0.3] * 10, clock), limits, lambda side: None)
-    assert result.pairs == 1
-    assert result.stopped.startswith("a pair takes 40.0 s, so only 4 pair(s) fit in the time budget of 165 s")
+    assert result.pairs == 2
+    assert result.stopped.startswith("a pair takes 40.0 s, so only 3 pair(s) fit in the time budget of 165 s")
     assert "at least 6 are needed" in result.stopped
     assert result.verdict == stats.UNDECIDED
 

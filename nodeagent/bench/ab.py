@@ -227,7 +227,7 @@ def run_trials(
     Under a budget, a block is started only when the longest of the latest blocks would still end
     within it, so the budget holds (start-up included) on a loaded machine too; the trials then end
     with the design's final look at the blocks done (paired.analyse(final=True)). When the first
-    block shows that too few blocks fit to ever show a difference, the trials stop there and say so.
+    blocks show that too few fit to ever show a difference, the trials stop there and say so.
     """
     clock = limits.clock
     start = clock()
@@ -304,17 +304,20 @@ def _tell(
 
 def _no_time_for_more(limits: Limits, elapsed: float, durations: Sequence[float], pairs: int) -> str | None:
     """Why no further block may start under the budget (None: it may, or there is no budget). The
-    next block is predicted to take as long as the longest of the latest ones; before the first
-    block nothing is known, and the first one runs."""
+    next block is predicted to take as long as the longest of the latest ones, the first block left
+    out once there are others (it pays for cold caches and compilation); before the first block
+    nothing is known, and it runs. After the second block, when too few blocks fit to ever show a
+    difference, the trials stop and say so."""
     budget = limits.budget_s
     if budget is None or not durations:
         return None
     left = budget - elapsed
-    block_s = max(durations[-RECENT_BLOCKS:])
+    recent = durations[1:] or durations
+    block_s = max(recent[-RECENT_BLOCKS:])
     fits = pairs + max(0, math.floor(left / block_s)) if block_s > 0 else limits.design.limit
     # The final look's interval can exclude 1 only from this many pairs on.
     needed = paired.min_blocks(limits.design.final_level(limits.design.limit))
-    if len(durations) == 1 and fits < needed:
+    if len(durations) == 2 and fits < needed:
         return (
             f"a pair takes {block_s:.1f} s, so only {fits} pair(s) fit in the time budget of {budget:.0f} s "
             f"(start-up included), and at least {needed} are needed to ever show a difference: give the "
