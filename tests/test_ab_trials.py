@@ -327,6 +327,28 @@ def test_a_budget_too_short_for_any_verdict_says_so_after_the_second_pair() -> N
     assert result.verdict == stats.UNDECIDED
 
 
+def test_a_budget_spent_on_disturbed_pairs_cannot_decide() -> None:
+    """Every pair disturbed by a neighbour: each is left out and run again until the budget is
+    spent, and the verdict is that the budget could not decide (not a failed trial: exit 1)."""
+    clock = Clock(7.0)
+    limits = budgeted(judged.Job(("x",), quick=True), clock)
+    workload = TimedWorkload([0.1] * 100, clock)
+    original = workload.block
+
+    def disturbed(number: int, order: tuple[str, str], switch: ab.Switch, on_trial: ab.TrialFn) -> ab.Block:
+        out = original(number, order, switch, on_trial)
+        out.disturbed = "other processes used 60% of the CPU time during the pair"
+        return out
+
+    workload.block = disturbed  # type: ignore[method-assign]
+    result = ab.run_trials(workload, limits, lambda side: None)
+    assert result.pairs == 0 and result.failed is None
+    assert result.verdict == stats.UNDECIDED and result.exit_code == ab.EXIT_NOT_FASTER
+    assert result.undecided == (
+        "could not decide within the budget: every pair was disturbed by other processes"
+    )
+
+
 def test_a_clear_change_is_decided_before_the_budget() -> None:
     clock = Clock(7.0)
     limits = budgeted(judged.Job(("x",), quick=True), clock)

@@ -349,7 +349,8 @@ def test_a_final_look_decides_and_says_when_the_budget_left_it_open() -> None:
     des = design(200, precision_pct=3.0, interim_alpha=0.001)
     wide = [(-1) ** i * (i + 1) / 100 for i in range(30)]  # +-1% .. +-30%, alternating: no answer
     e = analyse(wide, des, final=True)
-    assert (e.verdict, e.decided, e.level) == (UNDECIDED, True, pytest.approx(0.953))
+    assert (e.verdict, e.decided) == (UNDECIDED, True)
+    assert e.level == pytest.approx(0.953)  # 5% less two interim looks' 0.1% (at 11 and 17 pairs)
     assert e.reason.startswith("could not decide within the budget: the trials were too noisy")
     assert e.reason.endswith("the interval is wider than the +-3% asked for")
     assert not analyse(wide, des).decided  # 30 pairs is no planned look

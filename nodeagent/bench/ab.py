@@ -154,9 +154,12 @@ class ABResult:
     failed: str | None
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    undecided: str | None = None  # the budget ended the trials before any pair counted: why
 
     @property
     def verdict(self) -> str:
+        if self.failed is None and self.estimate is None and self.undecided is not None:
+            return stats.UNDECIDED
         if self.failed is not None or self.estimate is None:
             return FAILED
         return self.estimate.verdict
@@ -186,6 +189,7 @@ class ABResult:
             "disturbed_blocks": self.disturbed,
             "stopped": self.stopped,
             "failed": self.failed,
+            "undecided": self.undecided,
             "wall_s": self.wall_s,
             "design": self.design.to_dict(),
             "blocks": [b.to_dict() for b in self.blocks],
@@ -270,23 +274,25 @@ def run_trials(
                 break
     finally:
         workload.close()
+    undecided = None
     if out_of_time is not None and failed is None:
         stopped = out_of_time
-        estimate = paired.analyse(values, design, final=True) if values else None
-    if failed is None and estimate is None:
+        estimate, undecided = _final_look(values, design)
+    if failed is None and estimate is None and undecided is None:
         failed = f"too few pairs to judge: {len(values)}, at least {design.looks[0]} are needed"
     notes = _notes(blocks, reruns_left)
+    wall = clock() - start
     return ABResult(
-        workload.label,
-        workload.metric,
-        design,
-        blocks,
-        estimate,
-        stopped,
-        failed,
-        clock() - start,
-        notes,
+        workload.label, workload.metric, design, blocks, estimate, stopped, failed, wall, notes, undecided
     )
+
+
+def _final_look(values: Sequence[float], design: paired.Design) -> tuple[paired.Estimate | None, str | None]:
+    """The budget's final look, or why there is none: every pair was left out as disturbed (the
+    machine was too busy to judge)."""
+    if values:
+        return paired.analyse(values, design, final=True), None
+    return None, f"{stats.UNDECIDED}: every pair was disturbed by other processes"
 
 
 def _ignore(_: Trial) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import time
@@ -295,13 +296,19 @@ def record(
         metric=result.metric,
         pairs=result.pairs,
         ratio=None if est is None else est.ratio,
-        interval=None if est is None else est.ci,
+        interval=None if est is None or not _bounded(est.ci) else est.ci,
         level=None if est is None else est.level,
         verdict=result.verdict,
         decision=decision,
-        reason=result.failed or (est.reason if est else result.stopped),
+        reason=result.failed or (est.reason if est else result.undecided or result.stopped),
         wall_s=result.wall_s,
     )
+
+
+def _bounded(ci: tuple[float, float]) -> bool:
+    """Whether both ends are finite ratios: a final look at too few pairs has an unbounded interval,
+    which a history line holds as none (JSON has no infinity)."""
+    return all(math.isfinite(v) and v > 0 for v in ci)
 
 
 # -- nodeagent verify ----------------------------------------------------------------------------

@@ -74,6 +74,8 @@ def verdict_lines(result: ab.ABResult) -> list[str]:
     est = result.estimate
     if result.failed is not None:
         lines.append(f"failed: {result.failed}")
+    elif result.undecided is not None:
+        lines.append(f"verdict: {result.undecided}")
     elif est is not None:
         lines.append(f"verdict: {est.reason}")
         lines.append(

@@ -49,7 +49,7 @@ class Record(BaseModel):
     ratio: float | None  # B/A
     interval: tuple[float, float] | None  # B/A, at `level`
     level: float | None
-    verdict: str  # faster, slower, no significant difference, failed
+    verdict: str  # faster, slower, no significant difference, could not decide within the budget, failed
     decision: str  # kept, reverted, measured (verify only judges), not applied
     reason: str
     wall_s: float
