@@ -11,8 +11,8 @@ Kinds (`--kinds`, comma-separated; each runs `--runs` times, A/A kinds twice as 
   times A's), or the profile sets a variable the job ignores (A/A: B is A).
 - pyw-aa, pyw-slower, pyw-faster: the same loop, twice the work, as a job that prints its rate
   for each of 10 windows (verify reads them as 10 measured windows of one process).
-- tf-aa, tf-slower, tf-faster: the same with a small TensorFlow job (a compiled matmul step, its
-  steps/s over about 0.3 s after a warm-up that is not timed; TensorFlow's import is start-up).
+- tf-aa, tf-slower, tf-faster: a small TensorFlow job (a compiled matmul step) that prints its
+  steps/s for each of 10 windows after a warm-up that is not timed; TensorFlow's import is start-up.
 - builtin-aa: the built-in tf.data + XLA workload with a profile that changes nothing.
 
 Targets (on a quiet 2-CPU machine, `--quick`): 5% slower called slower and 5% faster called
@@ -74,8 +74,9 @@ for window in range(10):
 """
 PYW_UNITS = 80
 
-# The TensorFlow job: a compiled step (a 256 x 256 matmul), warmed up (tracing, the first run)
-# untimed, then STEPS x AB_WORK steps timed; the rate is STEPS over that time.
+# The TensorFlow job: a compiled step (a 256 x 256 matmul), its first calls (tracing, compiling)
+# untimed, then 10 windows of 150 x AB_WORK steps, each printing the rate of its 150 base steps (a
+# training job logging its throughput as it goes). TensorFlow's import is start-up.
 TF_JOB = r"""
 import os, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -88,16 +89,17 @@ x = tf.random.stateless_normal((256, 256), seed=(1, 2))
 def step(x):
     return tf.tanh(tf.linalg.matmul(x, x) / 256.0)
 
-for _ in range(10):
+for _ in range(3):
     y = step(x)
 y.numpy()
-start = time.perf_counter()
-for _ in range(round(steps * work)):
-    y = step(x)
-y.numpy()
-print(f"rate: {steps / (time.perf_counter() - start):.6f} steps/s")
+for window in range(10):
+    start = time.perf_counter()
+    for _ in range(round(steps * work)):
+        y = step(x)
+    y.numpy()
+    print(f"window {window}: rate: {steps / (time.perf_counter() - start):.6f} steps/s", flush=True)
 """
-TF_STEPS = 150
+TF_STEPS = 1500
 METRIC = r"rate: ([0-9.]+)"
 
 
