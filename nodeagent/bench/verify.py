@@ -125,8 +125,12 @@ class Job:
         precision = QUICK_PRECISION_PCT if self.quick else PRECISION_PCT
         # Haybittle-Peto: the interim looks spend 0.1% each, so the last look (the limit, or the
         # final look wherever the time budget ends the trials) judges a small change at nearly 95%.
+        # The built-in workload's quick limit (10 blocks) is too few for an interim look at 0.1%
+        # (11 blocks at least), so its looks (7 and 10 blocks) share alpha evenly: a clear change
+        # still stops at 7, and a final look at the budget gets what the look at 7 left.
+        interim = None if self.quick and self.builtin else paired.INTERIM_ALPHA
         try:
-            return paired.design(limit, precision_pct=precision, interim_alpha=paired.INTERIM_ALPHA)
+            return paired.design(limit, precision_pct=precision, interim_alpha=interim)
         except ValueError as e:
             raise UsageError(str(e)) from None
 
