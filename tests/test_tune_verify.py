@@ -262,7 +262,7 @@ print(f"rate: {3 / (time.perf_counter() - start):.6f}")
 @needs_tf
 @pytest.mark.slow
 @pytest.mark.solo
-# Two changes of a user's command, at most 20 pairs each (--quick), a trial about 5 s here.
+# Two changes of a user's command, each within --quick's budget (165 s), a trial about 5 s here.
 @pytest.mark.timeout(900)
 def test_real_tf_keeps_the_helpful_change_and_reverts_the_harmful_one(tmp_path: Path) -> None:
     """From a shell that forces one intra-op thread (TF_NUM_INTRAOP_THREADS=1, OMP_NUM_THREADS=1),

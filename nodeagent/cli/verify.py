@@ -18,8 +18,9 @@ pairs_option = click.option(
 metric_option = click.option(
     "--metric",
     metavar="REGEX",
-    help="Read the job's rate from its output: the first group of the last line matching REGEX, a "
-    "number where higher is better (default: steps/s measured by nodeagent's hook in TensorFlow "
+    help="Read the job's rate from its output: the first group of the lines matching REGEX, a "
+    "number where higher is better; a job printing it repeatedly gives one figure per window, read as "
+    "their median after the warm-up (default: steps/s measured by nodeagent's hook in TensorFlow "
     "jobs, else 1 / wall time).",
 )
 
@@ -72,7 +73,8 @@ def verify(
     SIGINT, SIGTERM or SIGHUP stop the trial, put the runtime values back as the journals say and
     remove the temporary profile.
 
-    Exit codes: 0 B is significantly faster; 1 it is not (no significant difference, or slower);
+    Exit codes: 0 B is significantly faster; 1 it is not (no significant difference, slower, or
+    could not decide within the --quick budget);
     2 a trial failed (the job exited non-zero or ran past its limit, or its figure could not be
     read); 64 bad input; 130, 143, 129 interrupted by SIGINT, SIGTERM, SIGHUP.
     """
