@@ -531,3 +531,15 @@ def test_each_side_of_the_builtin_workload_keeps_its_own_xla_cache() -> None:
         assert cache_a != cache_b and Path(cache_a).parent == Path(cache_b).parent == work.folder
     finally:
         work.close()
+
+
+def test_the_quick_trials_say_their_budget_when_they_start() -> None:
+    from nodeagent.app.progress import Trials
+
+    said: list[Any] = []
+    Trials(said.append, judged.Job(("train.py",), quick=True)).start()
+    Trials(said.append, judged.Job(("train.py",))).start()
+    assert [e.what for e in said] == [
+        "A/B trials of train.py: at most 200 pairs within 165 s (start-up included)",
+        "A/B trials of train.py: at most 40 pairs",
+    ]
