@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("pytest_textual_snapshot", reason="pip install pytest-textual-snapshot")
 
 from textual.pilot import Pilot
+from textual.widgets import DataTable
 
 from nodeagent.tui.app import make_app
 from tests.tui_fakes import FakeBackend
@@ -44,10 +45,20 @@ def test_bench_after_a_verify(size: tuple[int, int], snap_compare: Any) -> None:
 
     async def verified(pilot: Pilot[None]) -> None:
         await pilot.app.workers.wait_for_complete()
+        recorded = len(pilot.app.backend.history())  # type: ignore[attr-defined]
         await pilot.press("v")
-        for _ in range(3):  # the verify's blocks and verdict, then the history loaded again
-            await pilot.app.workers.wait_for_complete()
+        # The verify's blocks and verdict, then the history loaded again with the new record: each
+        # a worker whose message is handled later, so wait for what they show, not a set number of
+        # rounds (on a loaded machine the history's reload came after the third).
+        app: Any = pilot.app
+        for _ in range(200):
+            await app.workers.wait_for_complete()
             await pilot.pause()
+            history = app.screen.query_one("#verify-history", DataTable)
+            if not app.screen.running and history.row_count == recorded + 1:
+                break
+        else:
+            raise AssertionError("the verify's history never showed its new record")
 
     app = make_app(FakeBackend(delay_s=0), start="bench")
     assert snap_compare(app, terminal_size=size, run_before=verified)
