@@ -19,10 +19,10 @@ import pytest
 
 from nodeagent.core import parse
 from nodeagent.core.errors import UsageError
-from nodeagent.tuning import launcher
+from nodeagent.tuning import binding, launcher
 
 EXE = [sys.executable, "-m", "nodeagent", "exec"]
-DEV = launcher.DMA_LATENCY_DEV
+DEV = binding.DMA_LATENCY_DEV
 
 # The child: everything it reports is read from inside the process the launcher exec'd.
 CHILD = r"""
@@ -398,7 +398,7 @@ def test_cpu_dma_latency_is_held_by_the_job_or_warned_about(state: Path, child: 
         assert f"nodeagent exec: warning: {DEV}" in proc.stderr, proc.stderr
         assert f"limit of {requested} us is not held" in proc.stderr
         return
-    fd = got["env"][launcher.DMA_LATENCY_ENV]
+    fd = got["env"][binding.DMA_LATENCY_ENV]
     assert got["fds"][fd] == DEV, got["fds"]  # the job itself holds the request open
     assert proc.stderr == ""
     # The kernel's aggregate is the smallest request (pm_qos_interface.rst): at most ours while
@@ -410,8 +410,8 @@ def test_cpu_dma_latency_is_held_by_the_job_or_warned_about(state: Path, child: 
 
 
 def test_cpu_dma_latency_warning_when_the_device_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(launcher, "DMA_LATENCY_DEV", "/nonexistent/cpu_dma_latency")
-    fd, warning = launcher.hold_dma_latency(10)
+    monkeypatch.setattr(binding, "DMA_LATENCY_DEV", "/nonexistent/cpu_dma_latency")
+    fd, warning = binding.hold_dma_latency(10)
     assert fd is None and warning is not None
     assert "/nonexistent/cpu_dma_latency: absent" in warning and "10 us is not held" in warning
 

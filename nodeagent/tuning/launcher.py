@@ -26,14 +26,11 @@ with --profile must exist.
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import json
 import os
 import platform
 import resource
 import shutil
-import struct
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -43,11 +40,9 @@ from typing import Any
 
 from nodeagent.core import jsondoc, parse
 from nodeagent.core.errors import UsageError
-from nodeagent.tuning import profile
+from nodeagent.tuning import binding, profile
+from nodeagent.tuning.binding import Entry, Warn
 
-# Where the launcher says what it could not do as the profile asks (the job still runs): the face
-# prints it before the job starts.
-Warn = Callable[[str], None]
 # Where launchers put the rank of a process on its node, most specific first.
 # HOROVOD_LOCAL_RANK: horovodrun in Gloo mode sets only this one.
 RANK_VARS = (
@@ -60,15 +55,8 @@ RANK_VARS = (
 HOOKS_DIR = Path(__file__).resolve().parent.parent / "hooks"
 TF_DATA_ENV = "NODEAGENT_TF_DATA_OPTIONS"
 MEASURE_DIR_ENV = "NODEAGENT_MEASURE_DIR"  # the measuring hook writes <pid>.json there
-DMA_LATENCY_ENV = "NODEAGENT_CPU_DMA_LATENCY_FD"  # tells the job which fd holds the request
-DMA_LATENCY_DEV = "/dev/cpu_dma_latency"
 NODE_ONLINE = "/sys/devices/system/node/online"
 
-# include/uapi/linux/mempolicy.h
-MPOL_BIND = 2
-# arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h (arm64)
-SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
-_ULONG_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
 
 EX_NOTFOUND = 127  # as env(1) and shells exit when the command does not exist
 EX_NOEXEC = 126  # ... and when it cannot be executed
@@ -93,6 +81,19 @@ class Launch:
     tf_data: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     memlock_soft: int | None = None  # bytes, or resource.RLIM_INFINITY; the pinned-memory tuner's
+
+    def entry(self, machine: Machine) -> Entry:
+        """What is done to the launching process for this launch (nodeagent.tuning.binding)."""
+        return Entry(
+            self.rank,
+            self.binding,
+            self.cpus,
+            self.mems,
+            machine.arch,
+            machine.cpuset_source,
+            self.memlock_soft,
+            self.dma_latency_us,
+        )
 
     def env_diff(self, base: Mapping[str, str]) -> dict[str, Any]:
         changed = {k: v for k, v in sorted(self.env.items()) if base.get(k) != v}
@@ -282,7 +283,7 @@ def _bound_command(
         if mems is not None:
             opts.append(f"--membind={parse.format_cpulist(mems)}")
         return [numactl, *opts, "--", *command], "numactl", mems
-    if mems is not None and machine.arch not in SYS_SET_MEMPOLICY:
+    if mems is not None and machine.arch not in binding.SYS_SET_MEMPOLICY:
         notes.append(
             f"set_mempolicy's system call number is not known here ({machine.arch}): memory is "
             f"not bound to node(s) {parse.format_cpulist(mems)}; install numactl"
@@ -392,115 +393,11 @@ def _check_mems(rank: int, mems: list[int], m: Machine, notes: list[str]) -> lis
 # -- acting --------------------------------------------------------------------------------------
 
 
-def bind_cpus(rank: int, cpus: list[int], machine: Machine) -> None:
-    try:
-        os.sched_setaffinity(0, cpus)
-    except OSError as e:
-        where = machine.cpuset_source or "the online CPUs"
-        raise UsageError(
-            f"local rank {rank}: cannot run on CPUs {parse.format_cpulist(cpus)} ({e.strerror}); "
-            f"check the cgroup cpuset ({where})"
-        ) from None
-    got = sorted(os.sched_getaffinity(0))
-    if got != cpus:
-        # The kernel intersects the mask with the cpuset instead of failing (sched_setaffinity(2)).
-        raise UsageError(
-            f"local rank {rank}: asked for CPUs {parse.format_cpulist(cpus)}, the kernel allowed "
-            f"{parse.format_cpulist(got)}: the cgroup cpuset ({machine.cpuset_source or '?'}) "
-            "forbids the rest"
-        )
-
-
-def set_mempolicy_bind(nodes: list[int], arch: str) -> None:
-    """set_mempolicy(MPOL_BIND, nodes) for this thread; the policy survives execve(2).
-
-    maxnode is the mask's bit count plus one: the kernel decrements it before reading the mask
-    (mm/mempolicy.c, get_nodes(): `--maxnode`), so passing exactly the bit count would drop the
-    last bit. libnuma passes `size + 1` for the same reason (set_mempolicy(2), and numactl's
-    libnuma.c: setpol()).
-    """
-    words = max(nodes) // _ULONG_BITS + 1
-    mask = (ctypes.c_ulong * words)()
-    for node in nodes:
-        mask[node // _ULONG_BITS] |= 1 << (node % _ULONG_BITS)
-    maxnode = words * _ULONG_BITS + 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    result = libc.syscall(
-        ctypes.c_long(SYS_SET_MEMPOLICY[arch]), ctypes.c_int(MPOL_BIND), mask, ctypes.c_ulong(maxnode)
-    )
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def hold_dma_latency(us: int) -> tuple[int | None, str | None]:
-    """Open /dev/cpu_dma_latency and request `us` microseconds; the fd, kept open and inheritable,
-    holds the request through the exec for as long as the job runs (pm_qos_interface.rst: "the
-    request is removed when the file descriptor is closed"). Returns (fd, None) or (None, warning)."""
-    try:
-        fd = os.open(DMA_LATENCY_DEV, os.O_WRONLY)
-    except OSError as e:
-        reason = "absent" if e.errno == errno.ENOENT else e.strerror
-        return None, f"{DMA_LATENCY_DEV}: {reason}: the CPU wake-up latency limit of {us} us is not held"
-    try:
-        # The device takes a binary signed 32-bit value (or an ASCII hex string): pm_qos_interface.rst.
-        os.write(fd, struct.pack("=i", us))
-    except OSError as e:
-        os.close(fd)
-        return None, f"{DMA_LATENCY_DEV}: writing {us} failed ({e.strerror}): the limit is not held"
-    os.set_inheritable(fd, True)
-    return fd, None
-
-
-def _bind_by_syscalls(launch: Launch, machine: Machine) -> None:
-    """Bind this process, which the job replaces: the binding survives execve(2)."""
-    if launch.cpus is not None:
-        bind_cpus(launch.rank, launch.cpus, machine)
-    if launch.mems is not None:
-        try:
-            set_mempolicy_bind(launch.mems, machine.arch)
-        except OSError as e:
-            raise UsageError(
-                f"local rank {launch.rank}: cannot bind memory to NUMA node(s) "
-                f"{parse.format_cpulist(launch.mems)} "
-                f"(set_mempolicy: {e.strerror}); check the cgroup's cpuset.mems"
-            ) from None
-
-
-def _raise_memlock(soft: int) -> list[str]:
-    """A process may raise its soft limit up to the hard one (setrlimit(2)); the job inherits it.
-    Returns what could not be done."""
-    warnings = []
-    _, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    want = soft
-    if hard != resource.RLIM_INFINITY and (want == resource.RLIM_INFINITY or want > hard):
-        want = hard
-        warnings.append(f"memlock hard limit is {hard} bytes: soft limit raised to it only")
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (want, hard))
-    except (OSError, ValueError) as e:
-        warnings.append(f"cannot raise the memlock limit ({e})")
-    return warnings
-
-
 def enter(launch: Launch, machine: Machine, warn: Warn) -> dict[str, str]:
     """Bind this process, raise its memlock limit and hold the wake-up latency request: what the
-    job inherits, through execve(2) or fork(2) alike. Returns the job's environment; what could not
-    be done goes to `warn` (the job still runs)."""
-    if launch.binding == "syscalls":
-        _bind_by_syscalls(launch, machine)
-    env = dict(launch.env)
-    if launch.memlock_soft is not None:
-        for warning in _raise_memlock(launch.memlock_soft):
-            warn(warning)
-    if launch.dma_latency_us is not None:
-        fd, refused = hold_dma_latency(launch.dma_latency_us)
-        if refused is not None:
-            warn(refused)
-        else:
-            env[DMA_LATENCY_ENV] = str(fd)
-    return env
+    job inherits, through execve(2) or fork(2) alike (nodeagent.tuning.binding). Returns the job's
+    environment; what could not be done goes to `warn` (the job still runs)."""
+    return binding.enter(launch.entry(machine), launch.env, warn)
 
 
 def _cannot_execute(argv0: str, error: OSError) -> UsageError:
@@ -555,8 +452,10 @@ def plan(
     warn: Warn,
     dry_run: bool = False,
     named: bool = False,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[Launch, Machine]:
-    """The launch of `nodeagent exec` and the machine it was checked against.
+    """The launch of `nodeagent exec` and the machine it was checked against; the job's environment
+    is made from `environ` (default: this process's).
 
     Without the default profile the job runs unchanged, after one warning: the shipped
     launchers (nodeagent/integrations/launch-*.sh) start every rank through `nodeagent exec`, and
@@ -564,6 +463,7 @@ def plan(
     A profile the user `named` (--profile) that is not there is an error (exit 64), and so is one
     that exists but cannot be read: running unpinned when pinning was asked for (a misspelt name)
     hides the fault."""
+    environ = os.environ if environ is None else environ
     path = profile.profile_path(profile_name)
     doc = profile.load_if_present(profile_name)
     if doc is None and named:
@@ -575,10 +475,10 @@ def plan(
         # An empty profile: no binding, no environment, no hook but the measuring one a caller
         # asked for (NODEAGENT_MEASURE_DIR). The rank selects nothing, so a launcher's rank
         # variable is not even parsed: the job runs exactly as it would without us.
-        launch = prepare({}, str(path), command, local_rank or 0, os.environ, machine)
+        launch = prepare({}, str(path), command, local_rank or 0, environ, machine)
         launch.rank_source = "none (no profile)"
         if dry_run:  # shown in the launch it prints
             launch.notes.append(warning)
     else:
-        launch = prepare(doc, str(path), command, local_rank, os.environ, machine)
+        launch = prepare(doc, str(path), command, local_rank, environ, machine)
     return launch, machine
