@@ -30,13 +30,14 @@ import json
 import math
 import os
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nodeagent.bench import ab, paired, run, stats
+from nodeagent.bench import ab, measure, paired, run, stats
 from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
 
@@ -148,23 +149,42 @@ class Job:
 # -- the sides -----------------------------------------------------------------------------------
 
 
-def _through(profile_name: str, command: Sequence[str]) -> list[str]:
-    return run.exec_argv(profile_name, list(command))
+def _side(name: str, profile_name: str, command: Sequence[str], env: dict[str, str], folder: Path) -> ab.Side:
+    """One side: `command` as `nodeagent exec --profile PROFILE_NAME` runs it, resolved once here and
+    started by nodeagent.tuning.prepared for every trial (exec's start-up, paid on every trial,
+    would otherwise be most of a short job's and add its noise to every pair)."""
+    from nodeagent.tuning import launcher, prepared
+
+    # Resolved against the environment a trial starts with: its measuring folder's variable is
+    # there (each trial's own folder passes through), and so the hook's folder on PYTHONPATH.
+    planning = measure.hook_env(env, folder / "measure")
+    notes: list[str] = []
+    try:
+        launch, machine = launcher.plan(
+            profile_name, None, list(command), notes.append, named=True, environ=planning
+        )
+    except UsageError as e:
+        raise UsageError(f"side {name} cannot be started: {e}") from None
+    launch.notes.extend(notes)
+    path = folder / f"side-{name}.json"
+    prepared.write(path, launch, machine, planning)
+    return ab.Side(name, prepared.argv(path), env)
 
 
-def workload(job: Job, a_profile: str, b_profile: str) -> ab.Workload:
+def workload(job: Job, a_profile: str, b_profile: str, folder: Path) -> ab.Workload:
+    """The trials' two sides, their launches kept in `folder`."""
     env = run.without_hook(os.environ)
     if job.command is not None:
-        a = ab.Side(ab.A, _through(a_profile, job.command), env)
-        b = ab.Side(ab.B, _through(b_profile, job.command), env)
+        a = _side(ab.A, a_profile, job.command, env, folder)
+        b = _side(ab.B, b_profile, job.command, env, folder)
         return ab.CommandWorkload(a, b, job.label, job.pattern(), job.trial_timeout)
     sizes = run.sizes_for(job.quick)
     data = run.ensure_data(sizes)
     worker = [*run.worker_argv("tuned", data, sizes), "--serve"]
     worker[worker.index("--steps") + 1] = str(TRIAL_STEPS[job.quick])
     worker.remove("--progress")
-    a = ab.Side(ab.A, _through(a_profile, worker), env)
-    b = ab.Side(ab.B, _through(b_profile, worker), env)
+    a = _side(ab.A, a_profile, worker, env, folder)
+    b = _side(ab.B, b_profile, worker, env, folder)
     return ab.BuiltinWorkload(a, b, PAIRS_PER_BLOCK[job.quick], WORKER_TIMEOUT_S)
 
 
@@ -229,9 +249,14 @@ def trials(
 
     limits = job.limits(started)
     switch = toggle.RuntimeSwitch(_live(journals))
-    with side_a_profile(a_text) as a_name, side_b_profile(b_profile) as b_name:
+    with (
+        side_a_profile(a_text) as a_name,
+        side_b_profile(b_profile) as b_name,
+        tempfile.TemporaryDirectory(prefix="nodeagent-launch-") as launches,
+    ):
         try:
-            return ab.run_trials(workload(job, a_name, b_name), limits, switch.to, on_trial, on_block)
+            sides = workload(job, a_name, b_name, Path(launches))
+            return ab.run_trials(sides, limits, switch.to, on_trial, on_block)
         finally:
             switch.to(ab.B)
 

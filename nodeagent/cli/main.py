@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 from click.core import ParameterSource
 
-from nodeagent import __version__
 from nodeagent.cli.fleet import fleet as fleet_command
 from nodeagent.cli.options import (
     ROOT_ENV,
@@ -49,7 +48,7 @@ EX_SOFTWARE = 70
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nodeagent")
+@click.version_option(package_name="nodeagent", prog_name="nodeagent")
 def cli() -> None:
     """Health checks and tuning for deep-learning training nodes.
 
