@@ -159,12 +159,14 @@ README = CORPUS.parent / "README.md"
 README_HEAD = """# Recordings of real machines
 
 The machines here were recorded by others, on machines nobody on this team made, and published.
-Each source keeps its licence; nothing here is nodeagent's own output, except in two folders that
+Each source keeps its licence; nothing here is nodeagent's own output, except in three folders that
 record what real tools answered to nodeagent in this repository's own tests (each README says how to
 record them again):
 
 - `slurm/`: Slurm 22.05's `sinfo` and `srun` outputs on a cluster built by `tests/slurmcluster.py`.
 - `prometheus/`: Prometheus 2.42's HTTP API answers about nodeagent's metrics, from `tests/promstack.py`.
+- `measure/`: TensorFlow 2.21's own serialisation (GraphDef) of small tf.data pipelines, from
+  `measure/make_graphs.py`.
 
 Recorded machines:
 
