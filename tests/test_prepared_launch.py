@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nodeagent.tuning import launcher, prepared
-from tests.test_launcher import CHILD, RANK_VARS, needs_two_cpus, write_profile
+from tests.launch_child import CHILD, needs_two_cpus, write_profile
 
 PROFILE = {
     "name": "default",
@@ -27,8 +27,9 @@ PROFILE = {
 
 def _environment(state: Path, measure_dir: Path) -> dict[str, str]:
     """A trial's environment: the caller's, a variable the profile removes, its measuring folder."""
-    env = {k: v for k, v in os.environ.items() if k not in RANK_VARS and not k.startswith("NODEAGENT_")}
-    env.pop("PYTHONPATH", None)
+    env = {
+        k: v for k, v in os.environ.items() if k not in launcher.RANK_VARS and not k.startswith("NODEAGENT_")
+    }
     env.update({"NODEAGENT_STATE_DIR": str(state), "DROP_ME": "x", "KEEP": "mine"})
     env["NODEAGENT_MEASURE_DIR"] = str(measure_dir)
     return env
