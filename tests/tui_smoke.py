@@ -18,7 +18,7 @@ from nodeagent.tui.backend import LocalBackend
 from nodeagent.tui.screens.areas import by_area, registered
 
 # What the Overview shows once it has painted: the status table's heading and the footer's keys.
-PAINTED = ("status by area", "1 Node", "q Quit")
+PAINTED = ("status by area", "123456 Screens", "q Quit")
 STATUSES = ("OK", "WARN", "FAIL", "UNKNOWN", "SKIPPED")
 
 
