@@ -4,13 +4,14 @@ the playbook's thresholds and the baseline's comparison, as one stream of result
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
     from nodeagent.engine import CheckResult, FactsResult, Report
     from nodeagent.gate.baseline import Baseline
+    from nodeagent.gate.node_run import NodeRun
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
 
@@ -56,65 +57,38 @@ class CheckRun:
         return self.report.exit_code
 
 
-@dataclass
-class _Stream:
-    """The results as they finish; `report` holds them in the checks' order once exhausted."""
+def node_run(request: CheckRequest, host: Host) -> NodeRun:
+    """The request's run on `host` (nodeagent.gate.node_run): iterated, the results as each check
+    finishes, then what the playbook's thresholds and the baseline re-judged."""
+    from nodeagent.gate import judge
+    from nodeagent.gate.node_run import NodeRun
 
-    request: CheckRequest
-    host: Host
-    report: Report | None = None
-    selected: list[Check[Any, Any]] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[CheckResult]:
-        import time
-
-        from nodeagent import engine
-        from nodeagent.gate import judge
-
-        req = self.request
-        self.selected = req.checks()
-        params = judge.check_params(req.playbook, self.selected)
-        start = time.perf_counter()
-        by_id: dict[str, CheckResult] = {}
-        for result in engine.run(self.host, self.selected, params, req.timeout_s, budget_s=req.budget_s):
-            by_id[result.check_id] = result
-            yield result
-        report = engine.Report(self.host.name)
-        report.results = [by_id[c.id] for c in self.selected if c.id in by_id]
-        report.duration_s = time.perf_counter() - start
-        if (req.playbook is not None and req.playbook.thresholds) or req.baseline is not None:
-            extra_start = time.perf_counter()
-            values = judge.values_of(self.host, report)
-            before = set(map(id, report.results))
-            report.results = judge.judged(report.results, values, req.playbook, req.baseline, self.host.name)
-            report.duration_s += time.perf_counter() - extra_start
-            # Re-judged results again (the screens replace a check's result by its id), then the rules'.
-            yield from (r for r in report.results if id(r) not in before)
-        self.report = report
+    selected = request.checks()
+    params = judge.check_params(request.playbook, selected)
+    return NodeRun(
+        host, selected, params, request.timeout_s, request.playbook, request.baseline, request.budget_s
+    )
 
 
 def stream(request: CheckRequest, host: Host) -> Iterator[CheckResult]:
     """The results on `host` as each check finishes; then, with a playbook's thresholds or a
     baseline, each check result they re-judged again (the same check id: it replaces the first)
     and the results of the rules themselves."""
-    yield from _Stream(request, host)
+    yield from node_run(request, host)
 
 
 def run_on(request: CheckRequest, host: Host, with_facts: bool = False) -> CheckRun:
     """The whole run on an open host, and its JSON document (the gate's fields when a playbook)."""
     from nodeagent.gate import judge
 
-    results = _Stream(request, host)
-    for _ in results:
-        pass
-    assert results.report is not None
-    doc = judge.document(results.report, request.playbook, request.budget_s, None)
+    report = node_run(request, host).finish()
+    doc = judge.document(report, request.playbook, request.budget_s, None)
     facts = None
     if with_facts:
         from nodeagent.facts import node
 
         facts = node.collect(host)
-    return CheckRun(results.report, doc, facts)
+    return CheckRun(report, doc, facts)
 
 
 def run(request: CheckRequest, with_facts: bool = False) -> CheckRun:

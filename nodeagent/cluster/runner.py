@@ -232,9 +232,9 @@ class CheckJob:
 
     def evaluate(self, spec: HostSpec, stream: bytes) -> HostOutcome:
         """The checks and facts on the recording in `stream`, with the host's comparable values."""
-        from nodeagent import engine
         from nodeagent.cluster import pull
         from nodeagent.facts import node
+        from nodeagent.gate.node_run import NodeRun
         from nodeagent.host import SnapshotHost
         from nodeagent.host.archive import MemoryTree
 
@@ -250,14 +250,18 @@ class CheckJob:
         # One worker: the recording is in memory, so the checks wait on nothing, and the fleet's
         # hosts already run side by side (more threads would only contend for the GIL).
         with _CPU_BOUND:
-            report = engine.run_report(host, self.checks, self.params, timeout_s=self.timeout_s, workers=1)
             facts = node.collect(host)
-            if self.playbook is not None or self.baseline is not None:
-                from nodeagent.compare import fleet
-                from nodeagent.gate import judge
-
-                values = fleet.host_values(facts, [f.to_dict() for f in report.findings])
-                report.results = judge.judged(report.results, values, self.playbook, self.baseline, spec.name)
+            # The recording's facts, commands included, give the values the playbook and baseline judge.
+            report = NodeRun(
+                host,
+                self.checks,
+                self.params,
+                self.timeout_s,
+                self.playbook,
+                self.baseline,
+                workers=1,
+                facts=facts,
+            ).finish()
             return _values(HostOutcome(spec.name, spec.address, report.to_dict(), facts))
 
 
