@@ -42,6 +42,7 @@ from nodeagent.render.markdown import html, markdown
 from nodeagent.render.prometheus import prometheus
 from nodeagent.render.slurm import ALLOWED, slurm_lines, slurm_reason
 from tests import tui_fakes
+from tests.helpers import run_main
 
 DATA = Path(__file__).parent / "data"
 VM = DATA / "firecracker-vm-2cpu.tar.gz"
@@ -624,6 +625,15 @@ def test_write_outputs_writes_every_format(tmp_path: Path) -> None:
     # readable by node_exporter's user as a file open() created would be (mkstemp makes 0600)
     assert (tmp_path / "out.prometheus").stat().st_mode & 0o777 == 0o666 & ~umask
     assert (tmp_path / "out.slurm").read_text().count("\n") == 1
+
+
+def test_the_output_option_offers_every_format(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(capsys, "check", "--help")
+    said = " ".join(out.split())  # click wraps the help
+    assert code == 0 and f"Also write the result as {outputs.choices_text()} (repeatable)" in said
+    assert all(fmt in outputs.choices_text() for fmt in outputs.FORMATS)
+    with pytest.raises(UsageError, match=", ".join(outputs.FORMATS)):
+        outputs.parse_output("yaml:out.yml")
 
 
 def test_write_outputs_keeps_an_existing_files_mode(tmp_path: Path) -> None:

@@ -15,8 +15,9 @@ view per host) and nodeagent.render.escape (characters a renderer must not emit)
 
 from __future__ import annotations
 
+import importlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,7 +26,18 @@ from typing import Any
 from nodeagent.core import safe_write
 from nodeagent.core.errors import UsageError
 
-FORMATS = ("json", "junit", "prometheus", "markdown", "html", "slurm", "text")
+# Each format's renderer, "module:function" taking the run's document and returning its text
+# (ending with a newline), imported when used. --output's choices and help are built from this.
+RENDERERS = {
+    "json": "nodeagent.render.jsonout:document_text",
+    "junit": "nodeagent.render.junit:junit",
+    "prometheus": "nodeagent.render.prometheus:prometheus",
+    "markdown": "nodeagent.render.markdown:markdown",
+    "html": "nodeagent.render.markdown:html",
+    "slurm": "nodeagent.render.slurm:slurm_lines",
+    "text": "nodeagent.render.text:problems",
+}
+FORMATS = tuple(RENDERERS)
 STDOUT = "-"  # FORMAT:- writes to standard output
 SCHEMA_FILE = "report.schema.json"
 # Statuses someone has to act on, worst first (the order of nodeagent.core.finding.Status's ranks).
@@ -80,37 +92,24 @@ def parse_outputs(specs: Sequence[str]) -> list[OutputSpec]:
     return parsed
 
 
+def renderer(fmt: str) -> Callable[[Any], str]:
+    """The function that renders a document in `fmt` (one of FORMATS): its dict, or its model
+    (nodeagent.api.report)."""
+    if fmt not in RENDERERS:
+        raise ValueError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
+    module, _, name = RENDERERS[fmt].partition(":")
+    function: Callable[[Any], str] = getattr(importlib.import_module(module), name)
+    return function
+
+
 def render(fmt: str, doc: Mapping[str, Any]) -> str:
     """`doc` as text in `fmt` (one of FORMATS), ending with a newline."""
-    if fmt == "json":
-        from nodeagent.render import jsonout
+    return renderer(fmt)(doc)
 
-        return jsonout.dumps(dict(doc)) + "\n"
-    if fmt == "junit":
-        from nodeagent.render.junit import junit
 
-        return junit(doc)
-    if fmt == "prometheus":
-        from nodeagent.render.prometheus import prometheus
-
-        return prometheus(doc)
-    if fmt == "markdown":
-        from nodeagent.render.markdown import markdown
-
-        return markdown(doc)
-    if fmt == "html":
-        from nodeagent.render.markdown import html
-
-        return html(doc)
-    if fmt == "slurm":
-        from nodeagent.render.slurm import slurm_lines
-
-        return slurm_lines(doc)
-    if fmt == "text":
-        from nodeagent.render.text import problems
-
-        return problems(doc)
-    raise ValueError(f"unknown output format {fmt!r}; one of {', '.join(FORMATS)}")
+def choices_text() -> str:
+    """The formats as a sentence: "a, b or c"."""
+    return f"{', '.join(FORMATS[:-1])} or {FORMATS[-1]}"
 
 
 def write_outputs(specs: Sequence[OutputSpec], doc: Mapping[str, Any]) -> bool:
