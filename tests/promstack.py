@@ -475,7 +475,7 @@ def record(dest: Path) -> None:
     """Record the fleet view's answers from a real Prometheus (fleet_scenario) into `dest`."""
     import tempfile
 
-    from nodeagent.app import prometheus_fleet
+    from nodeagent.cluster import prometheus_view as prometheus_fleet
     from nodeagent.cluster.prometheus import Client
 
     exchanges: list[dict[str, Any]] = []  # of the view being recorded

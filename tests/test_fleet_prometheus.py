@@ -27,8 +27,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent.api.report import FleetDocument, parse_document
-from nodeagent.app import prometheus_fleet as pf
 from nodeagent.cli import fleet as fleet_cli
+from nodeagent.cluster import prometheus_view as pf
 from nodeagent.cluster.prometheus import Endpoint, Sample, Target, selector_matchers
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status

@@ -174,8 +174,8 @@ def test_a_stopped_slurmd_fails_its_node_alone_before_and_after_slurm_marks_it_d
     assert [n.state_text for n in target.nodes] == ["IDLE"] * 3
     in_service.stop_slurmd("n2")
     request = CheckRequest(MACHINE)
-    fleet = fleets.FleetRequest(slurm=in_service.partition, agent=NODEAGENT)
-    report = fleets.slurm_check(target, request, fleet).report
+    source = fleets.SlurmSource(in_service.partition, NODEAGENT, resolved=target)
+    report = fleets.check(source, fleets.FleetCheck(request)).report
     doc = report.to_dict()
     n2 = doc["hosts"]["n2"]
     assert n2["status"] == "FAIL" and n2["error"]["kind"] == "unreachable"

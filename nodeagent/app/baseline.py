@@ -33,10 +33,10 @@ def save(
     if inv is not None:
         if root is not None:
             raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
-        from nodeagent.app.fleet import baseline_values
+        from nodeagent.app.fleet import SshSource, baseline_values
 
         assert fleet is not None
-        values = baseline_values(inv, fleet, on_done)
+        values = baseline_values(SshSource(inv, fleet.workers, fleet.accept_new_host_keys), on_done)
         source = fleet.cluster or fleet.hostlist or "the fleet"
     else:
         values = _node_values(root)

@@ -58,6 +58,31 @@ class TuneRequest:
         shared = share_layout(selected, requested, self.ranks)
         return {t.id: t.make_params(shared[t.id]) for t in selected}
 
+    def argv(self, apply: bool = False, verify: Job | None = None, playbook: str | None = None) -> list[str]:
+        """The same run as `nodeagent tune` arguments for the nodes of a fleet. `playbook` is the
+        playbook as the user named it: each node loads its own (a shipped name, or a path there)."""
+        argv = ["tune", "--profile", self.profile]
+        argv += [f"--only={','.join(self.only)}"] if self.only else []
+        argv += [f"--skip={','.join(self.skip)}"] if self.skip else []
+        for tuner, values in self.overrides.items():
+            argv += [f"--set={tuner}.{name}={_setting_text(value)}" for name, value in values.items()]
+        argv += [f"--ranks={self.ranks}"] if self.ranks else []
+        argv += ["--apply"] if apply else []
+        argv += ["--persist"] if self.persist else []
+        argv += verify.argv() if verify is not None else []
+        argv += [f"--playbook={playbook}"] if playbook else []
+        argv += [f"--root={self.root}"] if self.root else []  # with --slurm: what each node reads
+        argv += ["--", *verify.command] if verify is not None and verify.command else []
+        return argv
+
+
+def _setting_text(value: Any) -> str:
+    """A --set value as YAML that reads back as the same value (a string such as 'true' quoted)."""
+    import yaml
+
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=1 << 30)
+    return text.removesuffix("\n...\n").strip()
+
 
 def plans_on(request: TuneRequest, host: Host) -> list[Plan]:
     selected = request.tuners()

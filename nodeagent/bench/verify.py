@@ -95,6 +95,15 @@ class Job:
     def builtin(self) -> bool:
         return self.command is None
 
+    def argv(self) -> list[str]:
+        """The options of `tune --verify` that ask for this job (its command goes after `--`)."""
+        argv = ["--verify"]
+        argv += ["--quick"] if self.quick else []
+        argv += [f"--pairs={self.pairs}"] if self.pairs else []
+        argv += [f"--metric={self.metric}"] if self.metric else []
+        argv += [f"--trial-timeout={self.trial_timeout}"] if self.trial_timeout else []
+        return argv
+
     def pattern(self) -> re.Pattern[str] | None:
         if self.metric is None:
             return None

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING
 
 import click
 
 from nodeagent.cli.options import emit_fleet, format_option, verbose_option
 
-if TYPE_CHECKING:
-    from nodeagent.cluster.report import FleetReport
-    from nodeagent.render.sheet import Part
-
-# The defaults live in the application layer (nodeagent.app.prometheus_fleet); they are repeated
+# The defaults live with the view (nodeagent.cluster.prometheus_view); they are repeated
 # here so that `--help` stays fast, and a test holds the two equal.
 DEFAULT_STALE_AFTER_S = 900.0
 DEFAULT_LOOKBACK_S = 86400.0
@@ -88,19 +82,12 @@ def fleet(
     Exit codes, as for `check --cluster`: the worst status over the nodes (0 OK, 1 WARN, 2 FAIL,
     3 UNKNOWN); 64 bad input or a query Prometheus refused; 69 Prometheus could not be read.
     """
-    from nodeagent.app import prometheus_fleet
+    from nodeagent.app import fleet as fleets
+    from nodeagent.app.check import CheckRequest
+    from nodeagent.cluster.prometheus_view import PrometheusFleetRequest
 
-    request = prometheus_fleet.PrometheusFleetRequest(url, selector, stale_after_s, lookback_s, timeout_s)
-    report = prometheus_fleet.run(request)
-    emit_fleet(report, fmt, source_lines(report) if fmt != "json" else (), verbose)
+    request = PrometheusFleetRequest(url, selector, stale_after_s, lookback_s, timeout_s)
+    source = fleets.PrometheusSource(request)
+    report = fleets.check(source, fleets.FleetCheck(CheckRequest())).report
+    emit_fleet(report, fmt, source.source_lines(report) if fmt != "json" else (), verbose)
     sys.exit(report.exit_code)
-
-
-def source_lines(report: FleetReport) -> list[Part]:
-    """Where the view came from and how each node was seen, under the tables; then Prometheus's notes."""
-    source = (report.extra or {}).get("prometheus", {})
-    when = datetime.fromtimestamp(source.get("evaluated_at", 0), timezone.utc).isoformat(timespec="seconds")
-    seen = ", ".join(f"{n} {how}" for how, n in source.get("nodes", {}).items()) or "no nodes"
-    selector = f" {source['selector']}" if source.get("selector") else ""
-    notes: list[Part] = [f"note: {n}" for n in (report.extra or {}).get("notes", [])]
-    return ["", f"from Prometheus {source.get('url', '?')}{selector} at {when}: {seen}", *notes]

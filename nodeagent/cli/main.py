@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -15,10 +18,10 @@ from nodeagent.cli.fleet import fleet as fleet_command
 from nodeagent.cli.options import (
     ROOT_ENV,
     STATE_HELP,
-    Fleet,
     baseline_option,
     cluster_options,
     emit_fleet,
+    fleet_source,
     format_option,
     hostname_option,
     ids,
@@ -40,6 +43,9 @@ from nodeagent.core.errors import UsageError
 from nodeagent.tui import screen_table
 
 if TYPE_CHECKING:
+    from nodeagent.app.fleet import FleetRequest, FleetSource
+    from nodeagent.app.progress import HostsDone
+    from nodeagent.bench.verify import Job as VerifyJob
     from nodeagent.cluster.bandwidth.plan import Params as BandwidthParams
     from nodeagent.render.sheet import Part
 
@@ -121,7 +127,7 @@ def check(
     fmt: str,
     timeout: float,
     with_facts: bool,
-    fleet: Fleet,
+    fleet: FleetRequest,
     remote_agent: bool,
     bandwidth: bool,
     bandwidth_mode: str,
@@ -152,8 +158,8 @@ def check(
         baseline=load_baseline(baseline_path),
         hostname=hostname,
     )
-    inv = fleet.inventory(root, hostname)
-    if inv is not None:
+    source = fleet_source(fleet, root, hostname)
+    if source is not None:
         bw_params = None
         if bandwidth:
             from nodeagent.cluster.bandwidth import measure
@@ -164,9 +170,7 @@ def check(
                 warn_below_median=warn_below_median,
                 fail_below_median=fail_below_median,
             )
-        _check_fleet(inv, request, fleet, remote_agent, bw_params, fmt, outputs, verbose, quiet)
-    if fleet.slurm:
-        _check_slurm(request, fleet, bandwidth, fmt, outputs, verbose, quiet)
+        _check_fleet(source, request, remote_agent, bw_params, fmt, outputs, verbose, quiet)
     if remote_agent or bandwidth:
         raise UsageError("--remote-agent and --bandwidth work on the hosts of --cluster or --hosts: give one")
     ran = checking.run(request, with_facts)
@@ -189,9 +193,8 @@ def check(
 
 
 def _check_fleet(
-    inv: Any,
+    source: FleetSource,
     request: Any,
-    fleet: Fleet,
     remote_agent: bool,
     bw_params: BandwidthParams | None,
     fmt: str,
@@ -199,17 +202,17 @@ def _check_fleet(
     verbose: bool,
     quiet: bool,
 ) -> NoReturn:
-    """check --cluster/--hosts; `bw_params` (bandwidth Params) when --bandwidth measures the links."""
+    """check --cluster/--hosts/--slurm; `bw_params` (bandwidth Params) when --bandwidth measures
+    the links. With --slurm nodeagent on each node runs the checks there (--remote-agent is
+    implied), as one Slurm job step; `request.root`, when given, is read on each node."""
     from nodeagent.app import fleet as fleets
-    from nodeagent.app.progress import HostsDone
     from nodeagent.render import jsonout
-    from nodeagent.render.progress import shown
 
-    fleets.validate_check(inv, request, remote_agent, bw_params is not None)
-    with shown(quiet) as emit:
-        on_done = HostsDone(emit, len(inv.hosts))
-        ran = fleets.check(inv, request, fleet.request(), on_done, remote_agent, bw_params)
-    sections: list[Part] = []
+    job = fleets.FleetCheck(request, remote_agent, bw_params)
+    source.validate(job)
+    with _hosts_progress(source, quiet) as on_done:
+        ran = fleets.check(source, job, on_done)
+    sections: list[Part] = [*source.source_lines(ran.report)]
     if ran.bandwidth is not None:
         from nodeagent.render.bandwidth import render_bandwidth
 
@@ -219,32 +222,16 @@ def _check_fleet(
     sys.exit(ran.report.exit_code)
 
 
-def _check_slurm(
-    request: Any,
-    fleet: Fleet,
-    bandwidth: bool,
-    fmt: str,
-    outputs: tuple[str, ...],
-    verbose: bool,
-    quiet: bool,
-) -> NoReturn:
-    """check --slurm: nodeagent on each node runs the checks there (--remote-agent is implied), as
-    one Slurm job step; `request.root`, when given, is read on each node."""
-    from nodeagent.app import fleet as fleets
+@contextlib.contextmanager
+def _hosts_progress(source: FleetSource, quiet: bool) -> Iterator[HostsDone | None]:
+    """A line as each host ends, counted against the source's hosts (asked of it first, before the
+    progress display starts); none when the source knows its hosts only from its answer."""
     from nodeagent.app.progress import HostsDone
-    from nodeagent.render import jsonout
-    from nodeagent.render.fleet import slurm_source
     from nodeagent.render.progress import shown
 
-    if bandwidth:
-        raise UsageError("--bandwidth measures between hosts over SSH: use it with --cluster or --hosts")
-    fleets.validate_slurm_check(request)
-    target = fleets.slurm_target(fleet.request())
+    size = source.size()
     with shown(quiet) as emit:
-        ran = fleets.slurm_check(target, request, fleet.request(), HostsDone(emit, len(target.nodes)))
-    if not write_outputs(outputs, jsonout.document(ran.report.to_dict())):
-        emit_fleet(ran.report, fmt, [slurm_source(ran.report)], verbose)
-    sys.exit(ran.report.exit_code)
+        yield HostsDone(emit, size) if size is not None else None
 
 
 @cli.command()
@@ -465,7 +452,7 @@ def tune(
     ranks: int | None,
     persist: bool,
     fmt: str,
-    fleet: Fleet,
+    fleet: FleetRequest,
     playbook_name: str | None,
     quiet: bool,
     command: tuple[str, ...],
@@ -488,45 +475,17 @@ def tune(
     """
     from nodeagent.app import tune as tuning
 
-    inv = fleet.inventory(root)
-    if inv is not None or fleet.slurm:
-        argv = ["tune", "--profile", profile_name]
-        argv += [f"--only={only}"] if only else []
-        argv += [f"--skip={skip}"] if skip else []
-        argv += [f"--set={item}" for item in sets]
-        argv += [f"--ranks={ranks}"] if ranks else []
-        argv += ["--apply"] if do_apply else []
-        argv += ["--persist"] if persist else []
-        argv += ["--verify"] if verify else []
-        argv += ["--quick"] if quick else []
-        argv += [f"--pairs={pairs}"] if pairs else []
-        argv += [f"--metric={metric}"] if metric else []
-        argv += [f"--trial-timeout={trial_timeout}"] if trial_timeout else []
-        argv += [f"--playbook={playbook_name}"] if playbook_name else []
-        argv += [f"--root={root}"] if root else []  # with --slurm: what each node reads
-        argv += ["--", *command] if command else []
-        _agent_on_nodes(inv, argv, fleet, fmt, quiet, section=_fleet_tune_section)
-
     request = tuning.TuneRequest(
-        root,
-        ids(only),
-        ids(skip),
-        _settings(sets),
-        ranks,
-        load_playbook(playbook_name),
-        profile_name,
-        persist,
+        root, ids(only), ids(skip), _settings(sets), ranks, None, profile_name, persist
     )
-    job = None
-    if verify:
-        from nodeagent.bench.verify import Job
-
-        playbook_quick = request.playbook is not None and request.playbook.bench.quick
-        job = Job(command or None, metric, quick or playbook_quick, pairs, trial_timeout)
-    elif command or pairs or metric or trial_timeout:
-        raise UsageError(
-            "a command, --pairs, --metric and --trial-timeout are for --verify: give --apply --verify too"
-        )
+    job = _verify_job(verify, command, metric, quick, pairs, trial_timeout)
+    source = fleet_source(fleet, root)
+    if source is not None:  # each node loads the playbook and checks the request itself
+        argv = request.argv(do_apply, job, playbook_name)
+        _agent_on_nodes(source, argv, fmt, quiet, section=_fleet_tune_section)
+    request = dataclasses.replace(request, playbook=load_playbook(playbook_name))
+    if job is not None and request.playbook is not None and request.playbook.bench.quick:
+        job = dataclasses.replace(job, quick=True)
     tuning.validate(request, do_apply, job, quick)
     if job is not None and do_apply:
         from nodeagent.app.progress import Trials
@@ -540,6 +499,26 @@ def tune(
     _print_tune(ran, fmt)
     if ran.applied is not None or ran.checked is not None:
         sys.exit(ran.exit_code)
+
+
+def _verify_job(
+    verify: bool,
+    command: tuple[str, ...],
+    metric: str | None,
+    quick: bool,
+    pairs: int | None,
+    trial_timeout: float | None,
+) -> VerifyJob | None:
+    """What `tune --verify` measures (None without --verify, whose options are refused then)."""
+    if verify:
+        from nodeagent.bench.verify import Job
+
+        return Job(command or None, metric, quick, pairs, trial_timeout)
+    if command or pairs or metric or trial_timeout:
+        raise UsageError(
+            "a command, --pairs, --metric and --trial-timeout are for --verify: give --apply --verify too"
+        )
+    return None
 
 
 def _print_tune(ran: Any, fmt: str) -> None:
@@ -603,35 +582,21 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool, fmt: str) 
 
 
 def _agent_on_nodes(
-    inv: Any,
+    source: FleetSource,
     argv: list[str],
-    fleet: Fleet,
     fmt: str,
     quiet: bool,
     statuses: dict[int, str] | None = None,
     section: Any = None,
 ) -> NoReturn:
-    """`nodeagent ARGV --format json` on every host of the inventory `inv`, or, when it is None, on
-    each node of --slurm as one Slurm job step (with a line saying what Slurm ran); their documents
-    gathered side by side. `section(report)`, when given, renders what the hosts returned (tune:
-    each host's changes)."""
+    """`nodeagent ARGV --format json` on every host of `source`; their documents gathered side by
+    side, under them where they came from. `section(report)`, when given, renders what the hosts
+    returned (tune: each host's changes)."""
     from nodeagent.app import fleet as fleets
-    from nodeagent.app.progress import HostsDone
-    from nodeagent.render.progress import shown
 
-    sections: list[Part] = []
-    if inv is not None:
-        with shown(quiet) as emit:
-            report = fleets.on_agents(inv, argv, fleet.request(), statuses, HostsDone(emit, len(inv.hosts)))
-    else:
-        target = fleets.slurm_target(fleet.request())
-        with shown(quiet) as emit:
-            report = fleets.on_slurm(
-                target, argv, fleet.request(), statuses, HostsDone(emit, len(target.nodes))
-            )
-        from nodeagent.render.fleet import slurm_source  # rich and the tables: only for Slurm's line
-
-        sections.append(slurm_source(report))
+    with _hosts_progress(source, quiet) as on_done:
+        report = fleets.on_agents(source, argv, statuses, on_done)
+    sections: list[Part] = [*source.source_lines(report)]
     sections += section(report) if section is not None else []
     emit_fleet(report, fmt, sections if fmt != "json" else ())
     sys.exit(report.exit_code)
@@ -678,7 +643,7 @@ def bench(
     repeats: int | None,
     processes: int | None,
     fmt: str,
-    fleet: Fleet,
+    fleet: FleetRequest,
     playbook_name: str | None,
     outputs: tuple[str, ...],
     quiet: bool,
@@ -699,10 +664,10 @@ def bench(
 
     request = benching.BenchRequest(quick, profile_name, repeats, processes)
     request = request.with_playbook(load_playbook(playbook_name))
-    inv = fleet.inventory()
+    source = fleet_source(fleet)
     # bench exits 1 when a configuration failed: that host's result is a failure.
-    if inv is not None or fleet.slurm:
-        _agent_on_nodes(inv, request.argv(), fleet, fmt, quiet, {0: "OK", 1: "FAIL"})
+    if source is not None:
+        _agent_on_nodes(source, request.argv(), fmt, quiet, {0: "OK", 1: "FAIL"})
     benching.need_tensorflow()
     with shown(quiet) as emit:
         result = benching.run(request, on_event=BenchSteps(emit))

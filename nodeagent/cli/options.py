@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +11,10 @@ import click
 
 from nodeagent.cluster import DEFAULT_PARALLEL
 from nodeagent.core.errors import UsageError
+from nodeagent.render import outputs as output_files
 
 if TYPE_CHECKING:
-    from nodeagent.app.fleet import FleetRequest
+    from nodeagent.app.fleet import FleetRequest, FleetSource
     from nodeagent.cluster.report import FleetReport
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
@@ -138,7 +138,9 @@ def cluster_options(f: Any) -> Any:
         accept_new_host_keys: bool,
         **kwargs: Any,
     ) -> Any:
-        fleet = Fleet(cluster, hostlist, limit, parallel, accept_new_host_keys, slurm, agent)
+        from nodeagent.app.fleet import FleetRequest
+
+        fleet = FleetRequest(cluster, hostlist, limit, parallel, accept_new_host_keys, slurm, agent)
         return f(*args, fleet=fleet, **kwargs)
 
     wrapped: Any = gathered
@@ -147,49 +149,25 @@ def cluster_options(f: Any) -> Any:
     return wrapped
 
 
-@dataclass(frozen=True)
-class Fleet:
-    """The options of cluster_options, as one argument."""
-
-    cluster: str | None
-    hostlist: str | None
-    limit: str | None
-    parallel: int
-    accept_new_host_keys: bool
-    slurm: str | None = None
-    agent: str | None = None
-
-    def request(self) -> FleetRequest:
-        from nodeagent.app.fleet import FleetRequest
-
-        return FleetRequest(
-            self.cluster,
-            self.hostlist,
-            self.limit,
-            self.parallel,
-            self.accept_new_host_keys,
-            slurm=self.slurm,
-            agent=self.agent,
+def fleet_source(
+    fleet: FleetRequest, root: str | None = None, hostname: str | None = None
+) -> FleetSource | None:
+    """Where the hosts of cluster_options come from (--cluster, --hosts, --slurm), or None: this
+    node. Slurm's nodes are asked of Slurm only when the run starts."""
+    source = fleet.source()
+    if fleet.slurm and hostname is not None:
+        raise UsageError(
+            f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --slurm each node is "
+            "named by its Slurm node name"
         )
-
-    def inventory(self, root: str | None = None, hostname: str | None = None) -> Any:
-        """The inventory when --cluster or --hosts was given, else None (also with --slurm)."""
-        inv = self.request().inventory()
-        if self.slurm and hostname is not None:
-            raise UsageError(
-                f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --slurm each node is "
-                "named by its Slurm node name"
-            )
-        if inv is not None and root is not None:
-            raise UsageError(
-                f"--root ({ROOT_ENV}) reads one node; it cannot be used with --cluster or --hosts"
-            )
-        if inv is not None and hostname is not None:
-            raise UsageError(
-                f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --cluster or --hosts "
-                "the inventory names each host"
-            )
-        return inv
+    if source is not None and not fleet.slurm and root is not None:
+        raise UsageError(f"--root ({ROOT_ENV}) reads one node; it cannot be used with --cluster or --hosts")
+    if source is not None and not fleet.slurm and hostname is not None:
+        raise UsageError(
+            f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --cluster or --hosts "
+            "the inventory names each host"
+        )
+    return source
 
 
 playbook_option = click.option(
@@ -209,7 +187,7 @@ output_option = click.option(
     "outputs",
     multiple=True,
     metavar="FORMAT:PATH",
-    help="Also write the result as json, junit, prometheus, markdown, html, slurm or text "
+    help=f"Also write the result as {output_files.choices_text()} "
     "(repeatable). PATH is a regular file (replaced whole) or a new one, never a link, pipe or "
     "device; '-' is standard output, which then carries only that.",
 )
@@ -251,9 +229,7 @@ def write_outputs(outputs: Sequence[str], doc: dict[str, Any]) -> bool:
     True when one went to standard output (FORMAT:-): the command prints nothing else there."""
     if not outputs:
         return False
-    from nodeagent.render import outputs as out
-
-    return out.write_outputs(out.parse_outputs(outputs), doc)
+    return output_files.write_outputs(output_files.parse_outputs(outputs), doc)
 
 
 def emit_fleet(report: FleetReport, fmt: str, sections: Sequence[Part] = (), verbose: bool = False) -> None:

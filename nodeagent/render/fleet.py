@@ -237,26 +237,3 @@ def hosts_lines(r: FleetReport, every: bool = False) -> list[str]:
                 details if every and needs else None,
             )
     return out
-
-
-def slurm_source(r: FleetReport) -> Text:
-    """What --slurm ran: the partition or nodelist, the job, and on how many of its nodes nodeagent
-    ran (the others are in the hosts table with Slurm's state and reason)."""
-    source = (r.extra or {}).get("slurm") or {}
-    ran = sum(1 for o in r.outcomes.values() if o.ok and (o.doc or {}).get("slurm", {}).get("ran", True))
-    not_run = sum(1 for o in r.outcomes.values() if o.ok) - ran
-    without = sum(1 for o in r.outcomes.values() if not o.ok)
-    what = (
-        f"partition {source.get('target')}"
-        if source.get("kind") == "partition"
-        else (
-            f"nodes {source.get('target')}"
-            + (f" in partition {source['partition']}" if source.get("partition") else "")
-        )
-    )
-    job = f", job {source['job_id']}" if source.get("job_id") is not None else ", no job (no node to run on)"
-    line = (
-        f"slurm: {what}{job}: {source.get('agent', 'nodeagent')} ran on {ran} of {len(r.outcomes)} nodes; "
-        f"{not_run} not run (drained, reserved, busy ...), {without} without a result"
-    )
-    return lit(line)

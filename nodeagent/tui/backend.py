@@ -251,4 +251,5 @@ class LocalBackend:
         """The checks of `check --cluster` with the same playbook and baseline on every host."""
         from nodeagent.app import fleet
 
-        return fleet.check(self.inventory(), self._check_request(), self._fleet_request(), on_done).report
+        source = fleet.SshSource(self.inventory(), self._fleet_request().workers)
+        return fleet.check(source, fleet.FleetCheck(self._check_request()), on_done).report
