@@ -98,7 +98,7 @@ test: system-packages $(VENV)/.installed-test bytecode lint typecheck
 # running the documentation's command blocks), stopping at the first failure; no lint, no
 # typecheck. `make test` still runs everything.
 test-fast: $(VENV)/.installed-test bytecode
-	$(BIN)/pytest -q -x -m "not slow" $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -x -m "not slow and not integration" $(PYTEST_PARALLEL)
 
 # The package as users get it: `python -m build` makes the sdist and, from it, the wheel; the wheel
 # must hold every package and data file of the tree (tests/wheel_contents.py); installed alone in a

@@ -27,6 +27,8 @@ from nodeagent.host import LocalHost
 from nodeagent.tuning import apply, history, journal, profile, toggle
 from tests.helpers import run_main
 
+pytestmark = pytest.mark.integration
+
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 METRIC = r"rate: ([0-9.]+)"
 # The job: 100 items/s, x1.3 with HELPFUL=1 in its environment, x0.7 with HARMFUL=1, x1.3 when the

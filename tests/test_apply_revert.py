@@ -41,6 +41,8 @@ from nodeagent.tuning import apply, journal, profile
 from tests.helpers import one_finding
 from tests.sysfs_node import CPU, HUGE, NODE, THP, SysfsHost, build_node, contents, shown_by_kernel
 
+pytestmark = pytest.mark.integration
+
 EXE = [sys.executable, "-m", "nodeagent"]
 RUNTIME = ("cpu-governor", "hugepages", "thp", "numa-balancing")
 PAGES = 512  # per node: 1 GiB of each 16 GiB node, well under max_fraction

@@ -29,6 +29,8 @@ from nodeagent.cluster.inventory.load import HostSpec, Inventory, load_inventory
 from nodeagent.cluster.runner import HostOutcome, run_fleet
 from nodeagent.cluster.shell import LocalShell
 
+pytestmark = pytest.mark.integration
+
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
 TEST_NET = "192.0.2.1"  # RFC 5737 TEST-NET-1: documentation only, never routed to a real host
 SWAPPINESS = Path("/proc/sys/vm/swappiness")

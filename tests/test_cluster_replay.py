@@ -36,7 +36,10 @@ FLEET = {
     "node04": "2arm-2c",
 }
 
-pytestmark = pytest.mark.skipif(not pool.can_fork(), reason="worker processes are forked: not on this OS")
+pytestmark = [
+    pytest.mark.skipif(not pool.can_fork(), reason="worker processes are forked: not on this OS"),
+    pytest.mark.integration,
+]
 
 
 @pytest.fixture(scope="module")

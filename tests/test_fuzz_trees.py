@@ -21,6 +21,8 @@ from nodeagent.host import LocalHost, SnapshotHost, recorder
 from tests.fuzzing import GARBAGE, FuzzHost, files_matching
 from tests.helpers import fixture_host
 
+pytestmark = pytest.mark.slow
+
 BASES = ["40intel64-2g2n4c+pcilocality", "32em64t-2n8c+dax+nvme+mic+dimms", "nvidiagpunumanodes", "2arm-2c"]
 
 _FILES_READ: dict[int, list[str]] = {}

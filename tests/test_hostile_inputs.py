@@ -26,6 +26,8 @@ from nodeagent.gate.playbook import load_playbook
 from nodeagent.host.recorder import PULL_MAGIC
 from tests.sshcluster import ClusterFactory
 
+pytestmark = pytest.mark.slow
+
 ALLOWED_EXITS = {0, 1, 2, 3, 64}
 
 

@@ -24,6 +24,8 @@ from nodeagent import integrations
 from nodeagent.core.errors import UsageError
 from tests.helpers import run_main
 
+pytestmark = pytest.mark.integration
+
 SCRIPTS = [n for n in integrations.names() if n.endswith(".sh")]
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 REASON = "nodeagent: gpu/0000:34:00.0 FAIL: 1 uncorrectable ECC error(s) (playbook preflight)"

@@ -22,6 +22,8 @@ from nodeagent.core.errors import UsageError
 from nodeagent.tuning import binding, launcher
 from tests.launch_child import CHILD, needs_two_cpus, write_profile
 
+pytestmark = pytest.mark.integration
+
 EXE = [sys.executable, "-m", "nodeagent", "exec"]
 DEV = binding.DMA_LATENCY_DEV
 

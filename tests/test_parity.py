@@ -20,6 +20,8 @@ from nodeagent.gate.playbook import load_playbook
 from nodeagent.tui.backend import LocalBackend
 from tests import fakefleet
 
+pytestmark = pytest.mark.integration
+
 MACHINES = [
     "40intel64-2g2n4c+pcilocality",
     "topo-ml-engineering-h100-8gpu-nv18",

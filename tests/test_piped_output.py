@@ -34,6 +34,8 @@ from nodeagent.cli.main import cli
 from tests import corpus, fakefleet, promstack, slurm_replay
 from tests.helpers import REPO, SYSFS_FIXTURES
 
+pytestmark = pytest.mark.integration
+
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 # A recorded V100 with uncorrectable ECC errors: FAIL and WARN findings whose fixes carry URLs.
 V100 = "smi-openpai-v100-sxm3-dbe-retired-pages"

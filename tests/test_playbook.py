@@ -204,6 +204,7 @@ def test_thp_never_fails_the_thp_threshold(tmp_path: Path) -> None:
     assert "transhuge.html" in f.remediation
 
 
+@pytest.mark.slow
 def test_numa_balancing_on_a_four_node_server(tmp_path: Path) -> None:
     archive = SYSFS_FIXTURES / "40intel64-2g2n4c+pcilocality.tar.bz2"
     root = next(extracted(archive, tmp_path).iterdir())

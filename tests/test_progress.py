@@ -28,6 +28,8 @@ import pytest
 from tests import slurm_replay
 from tests.fake_bench import FAKE_WORKER
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parent.parent
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
 ELAPSED = re.compile(r"(.*) \((\d+) s\)")

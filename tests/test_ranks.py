@@ -335,6 +335,7 @@ def test_every_fixture_tree_plans_or_says_why(name: str) -> None:
     _plan_all(fixture_host(name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FUZZ_BASES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -31,6 +31,8 @@ from tests.tmux_session import TmuxSession, tmux_missing
 from tests.tui_driver import drive, notifications, settle, text_of
 from tests.tui_fakes import CHECK_IDS, FINDINGS, FakeBackend
 
+pytestmark = pytest.mark.integration
+
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 
 

@@ -36,6 +36,8 @@ from nodeagent.tui.widgets.host_tile import HostTile
 from tests.tui_driver import drive, notifications, plain, settle, text_of
 from tests.tui_fakes import FakeBackend, bench_result, fleet_report, history_records
 
+pytestmark = pytest.mark.integration
+
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 HOSTS = [f"node{i:02d}" for i in range(1, 9)]
 

@@ -24,6 +24,8 @@ from tests import tui_fakes
 from tests.tui_driver import drive, settle, text_of
 from tests.tui_fakes import FakeBackend
 
+pytestmark = pytest.mark.integration
+
 SIZE = (80, 24)
 # The six screens of the keys 1-6, and a host's findings, opened with Enter on the Cluster screen.
 EVERY_SCREEN = (*SCREENS, "host")

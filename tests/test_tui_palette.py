@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from textual.actions import parse
 from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
@@ -23,6 +24,8 @@ from nodeagent.tui.widgets.confirm import ConfirmScreen
 from nodeagent.tuning.journal import Journal
 from tests.tui_driver import drive, notifications_by_severity, settle, text_of
 from tests.tui_fakes import CHECK_IDS, FINDINGS, FakeBackend
+
+pytestmark = pytest.mark.integration
 
 JOURNAL = "20261123-120000-abcd"
 

@@ -17,6 +17,8 @@ from textual.widgets import DataTable
 from nodeagent.tui.app import make_app
 from tests.tui_fakes import FakeBackend
 
+pytestmark = pytest.mark.integration
+
 SIZES = [(80, 24), (120, 40)]
 # What to do on each screen before the picture: the bench runs (fake: instantly); others settle.
 KEYS: dict[str, tuple[str, ...]] = {"bench": ("b",)}

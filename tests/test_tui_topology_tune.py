@@ -33,6 +33,8 @@ from tests.tui_driver import notifications_by_severity as notifications
 from tests.tui_driver import settle, text_of
 from tests.tui_fakes import FACTS, PROFILE_PATH, FakeBackend
 
+pytestmark = pytest.mark.integration
+
 VM = Path(__file__).parent / "data" / "firecracker-vm-2cpu.tar.gz"
 A100 = "topo-m-dgx-a100.txt"
 READ_ONLY = "a recorded snapshot (/srv/node07.tar.gz) is read-only: the plan is shown, nothing applies"
