@@ -650,14 +650,16 @@ def test_horovodrun_passes_gloos_local_rank(node: Node, named: dict[str, str], p
     assert rank == ["exec", *profile, "--local-rank", "3", "--", *job]
 
 
-@pytest.mark.parametrize(
-    ("script", "launcher", "env"),
-    [
-        ("launch-torchrun.sh", "torchrun", {}),
-        ("launch-mpirun.sh", "mpirun", {"NP": "2"}),
-        ("launch-horovodrun.sh", "horovodrun", {"NP": "2"}),
-    ],
-)
+# Each launcher script, the launcher it starts the ranks with, and what it needs on a node of two
+# ranks.
+LAUNCHERS = [
+    ("launch-torchrun.sh", "torchrun", {}),
+    ("launch-mpirun.sh", "mpirun", {"NP": "2"}),
+    ("launch-horovodrun.sh", "horovodrun", {"NP": "2"}),
+]
+
+
+@pytest.mark.parametrize(("script", "launcher", "env"), LAUNCHERS)
 def test_a_refused_node_stops_the_launch(node: Node, script: str, launcher: str, env: dict[str, str]) -> None:
     proc = node.run(script, "train.py", FAKE_MODE="fail", **env)
     assert proc.returncode != 0
@@ -677,14 +679,7 @@ sys.exit(3)
 """
 
 
-@pytest.mark.parametrize(
-    ("script", "env"),
-    [
-        ("launch-torchrun.sh", {}),
-        ("launch-mpirun.sh", {"NP": "2"}),
-        ("launch-horovodrun.sh", {"NP": "2"}),
-    ],
-)
+@pytest.mark.parametrize(("script", "env"), [(script, env) for script, _, env in LAUNCHERS])
 def test_a_node_without_a_profile_runs_the_job_unchanged(
     node: Node, tmp_path: Path, script: str, env: dict[str, str]
 ) -> None:
@@ -716,14 +711,7 @@ def test_a_node_without_a_profile_runs_the_job_unchanged(
     ]
 
 
-@pytest.mark.parametrize(
-    ("script", "env"),
-    [
-        ("launch-torchrun.sh", {}),
-        ("launch-mpirun.sh", {"NP": "2"}),
-        ("launch-horovodrun.sh", {"NP": "2"}),
-    ],
-)
+@pytest.mark.parametrize(("script", "env"), [(script, env) for script, _, env in LAUNCHERS])
 def test_a_named_profile_missing_on_a_node_starts_no_rank(
     node: Node, tmp_path: Path, script: str, env: dict[str, str]
 ) -> None:
