@@ -14,8 +14,8 @@ Kinds (`--kinds`, comma-separated; each runs `--runs` times, A/A kinds twice as 
 - tf-aa, tf-slower, tf-faster: a small TensorFlow job (a compiled matmul step on one intra-op
   thread) that prints its steps/s for each of 10 windows after a warm-up that is not timed;
   TensorFlow's import is start-up.
-- tfmt-aa, tfmt-slower: the same job with a smaller step on TensorFlow's default threads, whose rate
-  varies too much between processes on a 2-vCPU machine for a 165 s budget (see TF_JOB).
+- tfmt-aa, tfmt-slower: a 256 x 256 step on TensorFlow's default threads, whose rate varies too much
+  between processes on a 2-vCPU machine for a 165 s budget (see TF_JOB).
 - builtin-aa: the built-in tf.data + XLA workload with a profile that changes nothing.
 
 Targets (on a quiet 2-CPU machine, `--quick`): 5% slower called slower and 5% faster called
@@ -80,11 +80,13 @@ PYW_UNITS = 80
 # The TensorFlow job: a compiled step (a 512 x 512 matmul) on one intra-op thread, its first calls
 # (tracing, compiling) untimed, then 10 windows of 30 x AB_WORK steps, each printing the rate of its
 # 30 base steps (a training job logging its throughput as it goes; it counts the steps it ran over
-# AB_WORK, so B/A is exactly 1 / AB_WORK although the step count is rounded). TensorFlow's import is start-up.
-# One thread: on this 2-vCPU machine a step on TensorFlow's default two threads shares both CPUs
-# with verify and the host, and its rate varies by 14-15% from one process to the next (coefficient
-# of variation of 5 processes' median window rate; 1.5% on one thread), too much for any 165 s
-# budget to resolve 5%. That job is kept as tfmt-*: verify must say it could not decide there.
+# AB_WORK, so B/A is exactly 1 / AB_WORK although the step count is rounded). TensorFlow's import
+# is start-up.
+# Why this shape: on this 2-vCPU machine the rate of most small steps varies too much from one
+# process to the next for any 165 s budget to resolve 5% (coefficient of variation of the median
+# window rate over 5-8 processes: 256 x 256 on TensorFlow's two default threads 10.8%, on one
+# 8.6%, 512 on two 14.0%, 1024 on two 15.4%; 512 on one thread 1.4-1.5%). The default-thread job
+# is kept as tfmt-*: there verify must say it could not decide.
 TF_JOB = r"""
 import os, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
