@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # (slurmctld, slurmd, munge) and Prometheus with node_exporter, which tests start with their own
 # configuration, ports and state folders and stop again; debhelper and python3-venv for `make deb`,
 # systemd for `systemd-analyze verify` of its units; mmdebstrap and umoci build the OCI image
-# (`make image`), which podman runs where this machine lets it start a container (tests/test_image.py).
+# (`make image`), which podman runs where this machine lets it start a container (tests/integration/test_image.py).
 SYSTEM_PACKAGES := procps tmux numactl iproute2 iputils-ping openssh-server openssh-client iperf3 shellcheck \
 	slurm-wlm slurm-client munge prometheus prometheus-node-exporter \
 	debhelper python3-venv systemd mmdebstrap umoci podman
@@ -94,16 +94,17 @@ test: system-packages $(VENV)/.installed-test bytecode lint typecheck
 	$(BIN)/pytest -q -m "not solo" --durations=30 $(PYTEST_PARALLEL)
 	$(BIN)/pytest -q -m solo --durations=10
 
-# The edit loop: every test but those marked slow (real sshd clusters, TensorFlow, the fuzz suite,
-# running the documentation's command blocks), stopping at the first failure; no lint, no
-# typecheck. `make test` still runs everything.
+# The edit loop: tests/unit but the tests marked slow (the fuzz suite, running the documentation's
+# command blocks), stopping at the first failure; no lint, no typecheck, nothing from
+# tests/integration (real sshd clusters, Slurm, Prometheus, TensorFlow, tmux). `make test` still
+# runs everything.
 test-fast: $(VENV)/.installed-test bytecode
-	$(BIN)/pytest -q -x -m "not slow and not integration" $(PYTEST_PARALLEL)
+	$(BIN)/pytest -q -x -m "not slow" $(PYTEST_PARALLEL) tests/unit
 
 # The package as users get it: `python -m build` makes the sdist and, from it, the wheel; the wheel
-# must hold every package and data file of the tree (tests/wheel_contents.py); installed alone in a
+# must hold every package and data file of the tree (tests/support/wheel_contents.py); installed alone in a
 # clean venv, it must answer --version, check a recorded node (exit 0-3 is the worst status found,
-# a report; anything else fails) and start the TUI headless (tests/tui_smoke.py, run by that venv's
+# a report; anything else fails) and start the TUI headless (tests/support/tui_smoke.py, run by that venv's
 # python so it imports the installed package, not this tree).
 DIST := build/dist
 DIST_VENV := build/dist-venv
@@ -111,14 +112,14 @@ DIST_ROOT := tests/fixtures/hwloc/40intel64-2g2n4c+pcilocality.tar.bz2
 dist-check: $(VENV)/.installed-test
 	rm -rf $(DIST) $(DIST_VENV)
 	$(BIN)/python -m build --outdir $(DIST) .
-	$(BIN)/python tests/wheel_contents.py $(DIST)
+	$(BIN)/python -m tests.support.wheel_contents $(DIST)
 	$(PYTHON) -m venv $(DIST_VENV)
 	$(DIST_VENV)/bin/pip install --quiet $(DIST)/nodeagent-*.whl
 	$(DIST_VENV)/bin/nodeagent --version
 	@rc=0; $(DIST_VENV)/bin/nodeagent check --root $(DIST_ROOT) || rc=$$?; \
 	  if [ $$rc -gt 3 ]; then echo "dist-check: nodeagent check --root $(DIST_ROOT) failed (exit $$rc)"; exit 1; fi; \
 	  echo "dist-check: nodeagent check --root $(DIST_ROOT) exited $$rc (the worst status above)"
-	$(DIST_VENV)/bin/python tests/tui_smoke.py $(DIST_ROOT)
+	$(DIST_VENV)/bin/python tests/support/tui_smoke.py $(DIST_ROOT)
 
 # nodeagent as one file for nodes where it is not installed: `python3 nodeagent.pyz check`, or
 # `./nodeagent.pyz check` (#!/usr/bin/env python3). pex rather than shiv: one pex holds the compiled
@@ -205,14 +206,14 @@ image: $(VENV)/.installed
 	@build-aux/image.sh $(VERSION) $(BIN)/python
 
 # The real-machine corpus as snapshot trees under build/corpus, for `nodeagent check --root
-# build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/corpus.py's docstring.
+# build/corpus/NAME`: how each kind of raw recording becomes a tree is tests/support/corpus.py's docstring.
 fixtures: $(VENV)/.installed-test
-	$(BIN)/python -m tests.corpus build/corpus
+	$(BIN)/python -m tests.support.corpus build/corpus
 
 # docs/checks.md's table of checks, between its checks-table markers, rewritten from the registry
-# (`nodeagent checks --format markdown`); tests/test_docs_checks_table.py fails while it differs.
+# (`nodeagent checks --format markdown`); tests/unit/test_docs_checks_table.py fails while it differs.
 docs: $(VENV)/.installed
-	$(BIN)/python -m tests.docs_table docs/checks.md
+	$(BIN)/python -m tests.support.docs_table docs/checks.md
 
 perf: $(VENV)/.installed-test
 	$(BIN)/python tests/perf/check_speed.py

@@ -9,7 +9,7 @@ records a node locally (`nodeagent snapshot`) and over SSH, so both give the sam
 What the node pays for is what a fleet of hundreds pays for, so the bootstrap does no more than it
 must. Its path imports no json, re, typing, fnmatch, shlex, shutil, threading or subprocess: on the
 2-CPU development VM those cost 17-20 ms of CPU per pull, against 7.5 ms for `python3 -I -S -c pass`
-(tests/test_pull.py holds the list). Beside the sources travel the same modules compiled here
+(tests/unit/test_pull.py holds the list). Beside the sources travel the same modules compiled here
 (marshal), which a node whose python3 has this interpreter's bytecode (the same implementation and
 magic number) runs without compiling them; any other python3 compiles the sources. And the node's
 garbage collector is off: the recorder lives for a fraction of a second and frees what it drops by

@@ -120,7 +120,7 @@ class HostKeys:
     # Config parses ~/.ssh/config and /etc/ssh/ssh_config when made) and each identity file
     # (paramiko parses a key file once per key type it tries, three times per host). Together about
     # 1.2 ms of the controller's CPU per host, of 8 for its whole SSH exchange (measured over the
-    # namespace hosts of tests/sshcluster.py, one at a time).
+    # namespace hosts of tests/support/sshcluster.py, one at a time).
     _client: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod

@@ -205,7 +205,7 @@ def schema_problem(err: Any) -> str:
 # --- Value keys -------------------------------------------------------------------------------------
 
 # The sections of nodeagent.facts.node.collect's document, as host_values flattens them (host and
-# source are left out there). tests/test_playbook.py holds this list to the real document.
+# source are left out there). tests/unit/test_playbook.py holds this list to the real document.
 FACT_SECTIONS = (
     "topology",
     "pci",

@@ -13,7 +13,7 @@ On the 2-CPU development VM a recording took 20 ms of CPU this way, 52 ms patter
 
 The result matches the pattern-by-pattern walk: every file a pattern reaches (through links, which
 are reported with their targets, their resolved places then walked on), every folder a pattern ends
-at, every link on the way. tests/test_globwalk.py holds the two walks equal on random trees.
+at, every link on the way. tests/unit/test_globwalk.py holds the two walks equal on random trees.
 With `every_folder`, the folders a pattern passes through are reported as well (the recorder's
 choice: a cpuN folder holding none of the declared files is still a CPU).
 

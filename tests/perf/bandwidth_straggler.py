@@ -1,6 +1,6 @@
 """Does `nodeagent check --cluster --bandwidth` find one slowed link every time, alone and with the
-CPUs busy? Builds six namespace hosts (tests/sshcluster.py), limits what h3 sends to h4 to
-20 Mbit/s (tests/straggler.py: one direction of one pair, so the link is the one to name, not a
+CPUs busy? Builds six namespace hosts (tests/support/sshcluster.py), limits what h3 sends to h4 to
+20 Mbit/s (tests/support/straggler.py: one direction of one pair, so the link is the one to name, not a
 host), runs the check --runs times without --min-gbits (the fleet's median is the only reference)
 and prints, per run: every link's measured Gbit/s, whether h3 -> h4 was flagged and at which
 status, and anything else flagged. No verdict on timings: the figures are for a person to read.
@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests import straggler  # noqa: E402
-from tests.sshcluster import SSHCluster, cluster_available  # noqa: E402
+from tests.support import straggler  # noqa: E402
+from tests.support.sshcluster import SSHCluster, cluster_available  # noqa: E402
 
 BUSY = "while True: pass"
 

@@ -59,8 +59,8 @@ def synthesized_pulls(work: Path) -> dict[str, bytes]:
     from nodeagent.cluster.runner import CheckJob
     from nodeagent.host import open_host, recorder
     from nodeagent.host.local import TreeHost
-    from tests import fakefleet
-    from tests.helpers import FIXTURE_TREES
+    from tests.support import fakefleet
+    from tests.support.helpers import FIXTURE_TREES
 
     patterns, commands = CheckJob(checks.select()).declared()
     out: dict[str, bytes] = {}

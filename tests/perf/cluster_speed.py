@@ -1,7 +1,7 @@
 """How long `nodeagent check --cluster` takes over 64 real SSH hosts, what it costs in CPU on both
 sides, beside Ansible's fact gathering.
 
-Builds 64 network namespaces on this machine, each running a real sshd (tests/sshcluster.py), and
+Builds 64 network namespaces on this machine, each running a real sshd (tests/support/sshcluster.py), and
 prints (median of --runs):
 - `nodeagent check --cluster hosts.yml` over all 64 (agentless: one SSH round trip per host pulls
   what the checks read; the checks run here): wall time;
@@ -50,7 +50,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.sshcluster import SSHCluster, cluster_available  # noqa: E402
+from tests.support.sshcluster import SSHCluster, cluster_available  # noqa: E402
 
 ACCOUNT = "nodeagent-bench"
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))

@@ -2,7 +2,7 @@
 comparison and folding their verdicts into the checks' findings (nodeagent.gate.judge.judged), as
 `preflight --baseline` and every host of `check --cluster --playbook --baseline` pay it.
 
-The node is the recorded K80 node with 12 ConnectX ports (tests/recorded_nodes.py) with two ports
+The node is the recorded K80 node with 12 ConnectX ports (tests/support/recorded_nodes.py) with two ports
 disabled, against a baseline of it intact, under gpu-training.
 
 Run: `.venv/bin/python tests/perf/gate_judging.py [--runs 300]`; prints the median and the spread.
@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))  # tests.recorded_nodes, when run as a script
+sys.path.insert(0, str(REPO))  # tests.support.recorded_nodes, when run as a script
 
 
 def main() -> int:
@@ -30,7 +30,7 @@ def main() -> int:
     from nodeagent.gate import baseline, judge
     from nodeagent.gate.playbook import load_playbook
     from nodeagent.host import open_host
-    from tests.recorded_nodes import GPUS, HCAS, disable_port, node, record_limits
+    from tests.support.recorded_nodes import GPUS, HCAS, disable_port, node, record_limits
 
     with tempfile.TemporaryDirectory() as tmp:
         intact = node(Path(tmp), "gpu-01", GPUS, HCAS)

@@ -6,7 +6,7 @@ and the difference: what the recorder itself costs a node.
 
 Run: `.venv/bin/python tests/perf/node_pull.py [--runs 40] [--user ACCOUNT] [--netns NAME]`.
 --user runs both as that account (through runuser; root reads every process's environment, a
-service account does not), --netns inside that network namespace (a tests/sshcluster.py host, whose
+service account does not), --netns inside that network namespace (a tests/support/sshcluster.py host, whose
 /sys/class/net holds its own interfaces only). The nodeagent imported is the interpreter's own
 (installed, or this checkout through the editable install), so an older version installed in
 another venv is measured by running this script with that venv's python.

@@ -6,7 +6,7 @@ byte a second holds the view (cut at --timeout, the whole request's deadline).
 
 Run: `.venv/bin/python tests/perf/prometheus_bounds.py [--size-mib 1024] [--timeout 3]`.
 Each run is `python -m nodeagent fleet --prometheus URL` in a child; its peak RSS is the child's
-own (os.wait4). Prints one line per run; nothing is asserted (tests/test_fuzz_hostile.py asserts
+own (os.wait4). Prints one line per run; nothing is asserted (tests/integration/test_fuzz_hostile.py asserts
 the memory bound).
 """
 
@@ -24,8 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from nodeagent.core import limits
-from tests import promstack
-from tests.measured import run_measured
+from tests.support import promstack
+from tests.support.measured import run_measured
 
 
 def fleet(url: str, *args: str, env: dict[str, str] | None = None) -> tuple[int, float, float, str]:

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests import fakefleet  # noqa: E402
+from tests.support import fakefleet  # noqa: E402
 
 PYZ = REPO / "build" / "nodeagent.pyz"
 PROLOG = REPO / "nodeagent" / "integrations" / "slurm-prolog.sh"

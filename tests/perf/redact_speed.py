@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from nodeagent.host import redact  # noqa: E402
-from tests import ttar  # noqa: E402
+from tests.support import ttar  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 PROCFS_TREE = FIXTURES / "corpus" / "sysfs-procfs-fixtures-mixed-hca" / "tree.ttar"

@@ -1,5 +1,5 @@
 """What a node printing without end costs `nodeagent check --slurm`: the controller's peak memory
-and time, against a real Slurm cluster (tests/slurmcluster.py: 2 nodes; needs root, slurm-wlm and
+and time, against a real Slurm cluster (tests/support/slurmcluster.py: 2 nodes; needs root, slurm-wlm and
 munge). n1 prints without end, n2 runs nodeagent on a recording; three ways of printing on n1:
 
 - one endless line, written straight to the task's stdout (past the node script's base64): srun
@@ -9,8 +9,8 @@ munge). n1 prints without end, n2 runs nodeagent on a recording; three ways of p
 
 Each run is `nodeagent check --slurm n[1-2]` in a child, stopped with SIGTERM after --seconds (it
 then cancels its job); its peak RSS is the child's own (os.wait4). Prints one line per run and n1's
-error; nothing is asserted (tests/test_slurm_fanout.py and tests/test_slurm_parse.py assert the
-bounds).
+error; nothing is asserted (tests/integration/test_slurm_fanout.py and tests/unit/test_slurm_parse.py
+assert the bounds).
 
 Run as root: `.venv/bin/python tests/perf/slurm_bounds.py [--limit-mib 64] [--seconds 600]`.
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.measured import run_measured
-from tests.slurmcluster import SlurmCluster, slurm_available
+from tests.support.measured import run_measured
+from tests.support.slurmcluster import SlurmCluster, slurm_available
 
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
 MACHINE = str(

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from tests.tmux_session import TmuxSession, tmux_missing  # noqa: E402
+from tests.support.tmux_session import TmuxSession, tmux_missing  # noqa: E402
 
 VM = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 

@@ -1,7 +1,7 @@
 """SIGINT, SIGTERM and SIGHUP during an A trial and during a B trial of `nodeagent verify` and of
 `nodeagent tune --apply --verify`, many times each: how often everything held (runtime values as
 the journal says, no trial process alive, journal consistent, exit 128 + the signal). The cases and
-what is checked are tests/signal_trials.py's.
+what is checked are tests/support/signal_trials.py's.
 
 Run as root from the repository: `.venv/bin/python tests/perf/verify_signals.py [--tries 20]
 [--fake-only]`; prints one line per case ("held N of N") and every problem seen. This machine's THP
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests import signal_trials
+from tests.support import signal_trials
 
 
 def main() -> int:

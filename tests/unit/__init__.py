@@ -1,0 +1,1 @@
+"""Tests of nodeagent's code in this process: recordings, fakes, temporary trees."""
