@@ -23,8 +23,9 @@ faster in at least 9 of 10 runs, each within 180 s; A/A "no significant differen
 of 20, its 95% interval within +-3%.
 
 Each run is a fresh `nodeagent verify --format json` in its own state folder; nothing else should
-run meanwhile (`uptime` is printed before each kind: a trial disturbed by other processes is run
-again, and the figures then describe a busy machine).
+run meanwhile. Before each kind it prints the load average and the CPU noise (the spread of a fixed
+loop's time, which a busy virtual machine host raises while the load here is 0): a trial disturbed
+by other processes is run again, and the figures then describe a busy machine.
 
 Usage: python tests/perf/verify_power.py [--runs 10] [--kinds py-aa,py-slower,...] [--pairs N]
   (without --pairs: `verify --quick`, its 165 s budget; with it: `verify --pairs N`, no budget)
@@ -251,9 +252,28 @@ def summary(kind: Kind, docs: list[tuple[dict[str, Any], float]]) -> str:
     )
 
 
+def cpu_noise_pct(repeats: int = 30, loop: int = 1_000_000) -> float:
+    """The coefficient of variation (%) of the time of one fixed CPU-bound loop (about 0.1 s),
+    repeated: how steady this machine's CPU is right now. A virtual machine whose host is busy with
+    other guests shows it here while its own load average is 0 (seen here: 15%, when verify's adjacent
+    pairs of the TensorFlow job spread by 6-20% against 2-3% on a quiet day)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        total = 0
+        for i in range(loop):
+            total += i
+        times.append(time.perf_counter() - start)
+    return statistics.stdev(times) / statistics.mean(times) * 100
+
+
 def series(kind: Kind, runs: int, args: list[str], job_dir: Path) -> str:
     load = os.getloadavg()[0]
-    print(f"\n{kind.name}: {runs} runs, wanted verdict: {kind.want}; load {load:.2f}", flush=True)
+    print(
+        f"\n{kind.name}: {runs} runs, wanted verdict: {kind.want}; load {load:.2f}, "
+        f"CPU noise {cpu_noise_pct():.1f}% (cv of a fixed loop)",
+        flush=True,
+    )
     argv = list(args)
     if kind.job is not None:
         script = job_dir / f"{kind.name.split('-')[0]}_job.py"
@@ -291,7 +311,7 @@ def main() -> None:
     print(f"\nverify {' '.join(args)}, {os.cpu_count()} CPUs:")
     for line in lines:
         print(line)
-    print(f"total {time.monotonic() - start:.0f} s")
+    print(f"total {time.monotonic() - start:.0f} s; CPU noise at the end {cpu_noise_pct():.1f}%")
 
 
 if __name__ == "__main__":
