@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hmac
 import math
 import os
 import shlex
@@ -24,22 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import paramiko
-
 from nodeagent.core import limits
 from nodeagent.core.limits import MiB
 
 if TYPE_CHECKING:
+    import paramiko
     from fabric import Config as FabricConfig
     from fabric import Connection
 
     from nodeagent.cluster.inventory.load import HostSpec
-
-# paramiko compares each received packet's MAC in a Python loop over its bytes
-# (paramiko.util.constant_time_bytes_eq, called as util.constant_time_bytes_eq by paramiko.packet):
-# a tenth of the controller's SSH CPU per host here. hmac.compare_digest is the standard library's
-# constant-time comparison, in C (https://docs.python.org/3/library/hmac.html#hmac.compare_digest).
-paramiko.util.constant_time_bytes_eq = hmac.compare_digest  # type: ignore[assignment]  # an overload
 
 # Kinds of host failure, as shown in reports and JSON (`error.kind`).
 UNREACHABLE = "unreachable"
@@ -73,36 +65,6 @@ class HostError(Exception):
         return (HostError, (self.kind, self.message))
 
 
-class _UnknownHostKey(paramiko.SSHException):
-    def __init__(self, host: str, key: paramiko.PKey) -> None:
-        super().__init__(host)
-        self.host = host
-        self.key = key
-
-
-class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise _UnknownHostKey(hostname, key)
-
-
-class _AcceptNew(paramiko.MissingHostKeyPolicy):
-    """Record a host's first key in `path` (a changed key still fails: paramiko raises
-    BadHostKeyException before any policy is asked)."""
-
-    _lock = threading.Lock()  # hosts connect in parallel; appends to one file must not interleave
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        with self._lock:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with self.path.open("a") as f:
-                f.write(line)
-
-
 @dataclass(frozen=True)
 class HostKeys:
     """Where host keys are checked: the files read, and the one a new key is recorded in."""
@@ -130,6 +92,8 @@ class HostKeys:
         return cls((*files, Path(SYSTEM_KNOWN_HOSTS)), accept_new)
 
     def _load(self, path: Path) -> paramiko.HostKeys:
+        import paramiko  # paramiko and Fabric load with the first connection, not with nodeagent
+
         with self._lock:
             if path not in self._parsed:
                 parsed = paramiko.HostKeys()
@@ -163,6 +127,8 @@ class HostKeys:
         """The private key in `path`, parsed once per run; None when paramiko cannot read it here (a
         passphrase, an unknown type: the connection then hands paramiko the file, which names the
         problem as it always did)."""
+        import paramiko
+
         with self._lock:
             keys: dict[str, paramiko.PKey | None] = self._client.setdefault("identities", {})
             if path not in keys:
@@ -174,6 +140,9 @@ class HostKeys:
 
     def install(self, conn: Connection) -> None:
         """Give `conn`'s client the known keys of its host, and the policy for an unknown one."""
+        # paramiko's: loaded with the first connection
+        from nodeagent.cluster import ssh_policies as policies
+
         files = list(self.files)
         # ~/.ssh/config's UserKnownHostsFile for this host, as OpenSSH would use it.
         extra = conn.ssh_config.get("userknownhostsfile")
@@ -188,13 +157,16 @@ class HostKeys:
                 for keytype, key in (self._load(path).lookup(name) or {}).items():
                     if keytype not in (known.lookup(name) or {}):
                         known.add(name, keytype, key)
-        policy = _AcceptNew(files[0]) if self.accept_new else _RejectUnknown()
+        policy = policies.AcceptNew(files[0]) if self.accept_new else policies.RejectUnknown()
         conn.client.set_missing_host_key_policy(policy)
 
 
 def connection(spec: HostSpec, keys: HostKeys) -> Connection:
     """A Fabric Connection for `spec`, not yet open."""
     from fabric import Connection
+
+    # its speed-up of paramiko, before any packet
+    from nodeagent.cluster import ssh_policies  # noqa: F401
 
     kwargs: dict[str, Any] = {
         # Only the key the inventory names, when it names one; else ssh-agent and ~/.ssh keys.
@@ -257,11 +229,16 @@ def open_connection(
 
 
 def classify(exc: BaseException, spec: HostSpec, keys: HostKeys) -> HostError:
+    import paramiko
+
+    # paramiko's: loaded with the first connection
+    from nodeagent.cluster.ssh_policies import UnknownHostKey
+
     where = f"{spec.address}:{spec.port or 22}"
     known = ", ".join(str(p) for p in keys.files[:-1])
     if isinstance(exc, HostError):
         return exc
-    if isinstance(exc, _UnknownHostKey):
+    if isinstance(exc, UnknownHostKey):
         return HostError(
             HOST_KEY,
             f"{exc.host} is not in known_hosts ({known}); check its {exc.key.get_name()} key "

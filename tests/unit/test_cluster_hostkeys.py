@@ -11,7 +11,7 @@ import paramiko
 import pytest
 from fabric import Config, Connection
 
-from nodeagent.cluster import ssh
+from nodeagent.cluster import ssh, ssh_policies
 
 
 def line(name: str, key: paramiko.PKey) -> str:
@@ -50,7 +50,7 @@ def test_each_host_gets_its_keys_first_file_first(tmp_path: Path, keys: dict[str
         "ecdsa-sha2-nistp384": keys["p384"]
     }
     assert two.client.get_host_keys().lookup("10.9.0.2") is None  # only its own name and port
-    assert isinstance(two.client._policy, ssh._RejectUnknown)  # what paramiko will ask
+    assert isinstance(two.client._policy, ssh_policies.RejectUnknown)  # what paramiko will ask
 
 
 def test_a_file_is_parsed_once_for_the_whole_fleet(
@@ -72,4 +72,4 @@ def test_a_file_is_parsed_once_for_the_whole_fleet(
         host_keys.install(conn)
         assert conn.client.get_host_keys().lookup(f"10.9.1.{i}") is not None
     assert loads == [str(known_hosts)]
-    assert isinstance(conn.client._policy, ssh._AcceptNew)
+    assert isinstance(conn.client._policy, ssh_policies.AcceptNew)
