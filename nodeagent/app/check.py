@@ -7,11 +7,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nodeagent import engine
+from nodeagent.facts import node
+from nodeagent.gate import judge
+from nodeagent.gate.node_run import NodeRun, agent_check_argv
+from nodeagent.host import open_host
+
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
     from nodeagent.engine import CheckResult, FactsResult, Report
     from nodeagent.gate.baseline import Baseline
-    from nodeagent.gate.node_run import NodeRun
+    from nodeagent.gate.node_run import NodeRun, agent_check_argv
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
 
@@ -32,15 +38,11 @@ class CheckRequest:
     hostname: str | None = None  # names the node in the report (a pod's node); None: its own name
 
     def checks(self) -> list[Check[Any, Any]]:
-        from nodeagent.gate import judge
-
         return judge.selected_checks(self.playbook, list(self.only), list(self.skip))
 
     def argv(self) -> list[str]:
         """The request as `nodeagent check` arguments for a node of a fleet, which reports as JSON
         (the playbook's selection made here; its rules and the baseline judge here, not there)."""
-        from nodeagent.cluster.runner import agent_check_argv
-
         return agent_check_argv([c.id for c in self.checks()], self.timeout_s, self.root)
 
 
@@ -60,9 +62,6 @@ class CheckRun:
 def node_run(request: CheckRequest, host: Host) -> NodeRun:
     """The request's run on `host` (nodeagent.gate.node_run): iterated, the results as each check
     finishes, then what the playbook's thresholds and the baseline re-judged."""
-    from nodeagent.gate import judge
-    from nodeagent.gate.node_run import NodeRun
-
     selected = request.checks()
     params = judge.check_params(request.playbook, selected)
     return NodeRun(
@@ -79,22 +78,16 @@ def stream(request: CheckRequest, host: Host) -> Iterator[CheckResult]:
 
 def run_on(request: CheckRequest, host: Host, with_facts: bool = False) -> CheckRun:
     """The whole run on an open host, and its JSON document (the gate's fields when a playbook)."""
-    from nodeagent.gate import judge
-
     report = node_run(request, host).finish()
     doc = judge.document(report, request.playbook, request.budget_s, None)
     facts = None
     if with_facts:
-        from nodeagent.facts import node
-
         facts = node.collect(host)
     return CheckRun(report, doc, facts)
 
 
 def run(request: CheckRequest, with_facts: bool = False) -> CheckRun:
     """`run_on` the request's node."""
-    from nodeagent.host import open_host
-
     with open_host(request.root, name=request.hostname) as host:
         return run_on(request, host, with_facts)
 
@@ -102,15 +95,10 @@ def run(request: CheckRequest, with_facts: bool = False) -> CheckRun:
 def facts(root: str | None, timeout_s: float | None = None, hostname: str | None = None) -> FactsResult:
     """The node's facts document, collected within `timeout_s` (the engine's limit by default),
     naming the node `hostname` when given."""
-    from nodeagent import engine
-    from nodeagent.host import open_host
-
     with open_host(root, name=hostname) as host:
         return engine.collect_facts(host, timeout_s=timeout_s or engine.FACTS_TIMEOUT_S)
 
 
 def node_name(root: str | None) -> str:
-    from nodeagent.host import open_host
-
     with open_host(root) as host:
         return str(host.name)

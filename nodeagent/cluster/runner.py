@@ -42,10 +42,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from nodeagent.cluster import DEFAULT_PARALLEL, shell, ssh
+from nodeagent.api.check import declared_commands, declared_paths
+from nodeagent.api.report import DocumentError, HostResult, validate
+from nodeagent.cluster import DEFAULT_PARALLEL, pull, shell, ssh
+from nodeagent.cluster.inventory.load import HostSpec
 from nodeagent.cluster.ssh import HostError
+from nodeagent.compare import fleet
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
+from nodeagent.facts import node
+from nodeagent.gate.node_run import NodeRun, agent_check_argv
+from nodeagent.host import SnapshotHost
+from nodeagent.host.archive import MemoryTree
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
@@ -121,8 +129,6 @@ class Job(Protocol):
 
 def _values(outcome: HostOutcome) -> HostOutcome:
     """`outcome` with its comparable values, computed where the job ran."""
-    from nodeagent.compare import fleet
-
     outcome.values = fleet.host_values(outcome.facts, (outcome.doc or {}).get("findings", []))
     return outcome
 
@@ -169,9 +175,6 @@ class CheckJob:
     spread: ClassVar[bool] = True
 
     def declared(self) -> tuple[list[str], list[tuple[str, ...]]]:
-        from nodeagent.api.check import declared_commands, declared_paths
-        from nodeagent.facts import node
-
         patterns = sorted({*declared_paths(self.checks), *node.PATHS})
         commands = sorted({*declared_commands(self.checks), *node.COMMANDS})
         return patterns, commands
@@ -179,8 +182,6 @@ class CheckJob:
     @functools.cached_property
     def pull_payload(self) -> bytes:
         """What every node is sent (the same for all: built once, not once per host)."""
-        from nodeagent.cluster import pull
-
         patterns, commands = self.declared()
         return pull.payload(patterns, commands, COMMAND_TIMEOUT_S)
 
@@ -214,8 +215,6 @@ class CheckJob:
 
     def pull(self, spec: HostSpec, host: Shell) -> bytes:
         """The node's recording, as the pull stream it sent (nodeagent.cluster.pull)."""
-        from nodeagent.cluster import pull
-
         out = host.run(pull.command(spec.python), spec.command_timeout, stdin=self.pull_payload)
         if out.exited != 0 or not out.stdout:
             err = out.stderr.decode(errors="replace").strip().splitlines()
@@ -232,12 +231,6 @@ class CheckJob:
 
     def evaluate(self, spec: HostSpec, stream: bytes) -> HostOutcome:
         """The checks and facts on the recording in `stream`, with the host's comparable values."""
-        from nodeagent.cluster import pull
-        from nodeagent.facts import node
-        from nodeagent.gate.node_run import NodeRun
-        from nodeagent.host import SnapshotHost
-        from nodeagent.host.archive import MemoryTree
-
         try:
             rec = pull.read(stream)
         except ValueError as e:
@@ -265,28 +258,10 @@ class CheckJob:
             return _values(HostOutcome(spec.name, spec.address, report.to_dict(), facts))
 
 
-def agent_check_argv(check_ids: Sequence[str], timeout_s: float, root: str | None = None) -> list[str]:
-    """`nodeagent check` as a node runs it for the fleet (over SSH or as a Slurm step): its report
-    and facts as JSON, the fleet's checks and time limit, and `root` (a path on the node) when given."""
-    argv = [
-        "check",
-        "--format",
-        "json",
-        "--facts",
-        "--only",
-        ",".join(check_ids),
-        "--timeout",
-        f"{timeout_s:g}",
-    ]
-    return argv + (["--root", root] if root else [])
-
-
 def _check_report(spec: HostSpec, doc: dict[str, Any]) -> None:
     """A node's own report must be one the fleet document can hold (nodeagent.api.report): a report
     nodeagent cannot read (a newer version's status word, a truncated field) is that host's error,
     so the other hosts' results and every --output of the fleet still stand."""
-    from nodeagent.api.report import DocumentError, HostResult, validate
-
     try:
         validate(HostResult, {"address": spec.address, **doc}, f"the report of {spec.name}")
     except DocumentError as e:
@@ -353,8 +328,6 @@ def replay_fleet(
     """The agentless fleet's central work on pull streams recorded earlier (host name -> what its
     pull sent): decoding, checks, facts and comparable values, on the same worker processes as
     run_fleet. `hosts` gives their inventory entries (default: each name as its address)."""
-    from nodeagent.cluster.inventory.load import HostSpec
-
     specs = tuple(hosts) if hosts is not None else tuple(HostSpec(name, name) for name in streams)
     count = processes_for(job, len(specs)) if processes is None else processes
     return _gather(specs, _Recorded(job, streams), parallel, count, on_done)

@@ -1,6 +1,7 @@
 """One node's run: the engine's checks on a host, then the playbook's thresholds and the baseline
 on the node's values. `nodeagent check` makes it on this node (or a recording), and a fleet makes
-it on each node's pulled recording, so a node is judged alike however it was reached."""
+it on each node's pulled recording, so a node is judged alike however it was reached; and the
+`nodeagent check` a node runs itself for a fleet (its own agent, a Slurm step)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodeagent import engine
+from nodeagent.compare.values import host_values
+from nodeagent.gate import judge
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
@@ -68,12 +71,24 @@ class NodeRun:
         return self.report
 
     def _judged(self, report: engine.Report) -> list[engine.CheckResult]:
-        from nodeagent.gate import judge
-
         if self.facts is not None:
-            from nodeagent.compare.values import host_values
-
             values = host_values(self.facts, [f.to_dict() for f in report.findings])
         else:
             values = judge.values_of(self.host, report)
         return judge.judged(report.results, values, self.playbook, self.baseline, self.host.name)
+
+
+def agent_check_argv(check_ids: Sequence[str], timeout_s: float, root: str | None = None) -> list[str]:
+    """`nodeagent check` as a node runs it for the fleet (over SSH or as a Slurm step): its report
+    and facts as JSON, the fleet's checks and time limit, and `root` (a path on the node) when given."""
+    argv = [
+        "check",
+        "--format",
+        "json",
+        "--facts",
+        "--only",
+        ",".join(check_ids),
+        "--timeout",
+        f"{timeout_s:g}",
+    ]
+    return argv + (["--root", root] if root else [])
