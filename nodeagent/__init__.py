@@ -15,7 +15,8 @@ __version__: str
 
 @functools.cache
 def _version() -> str:
-    from importlib.metadata import version
+    # PEP 562: importlib.metadata only when __version__ is read
+    from importlib.metadata import version  # noqa: PLC0415
 
     return version("nodeagent")
 

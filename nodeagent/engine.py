@@ -15,6 +15,7 @@ from typing import Any
 from nodeagent.api.check import Check
 from nodeagent.core import pool
 from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.facts import node
 from nodeagent.host import Host
 
 DEFAULT_TIMEOUT_S = 20.0
@@ -186,7 +187,6 @@ class FactsResult:
 def collect_facts(host: Host, timeout_s: float = FACTS_TIMEOUT_S, commands: bool = True) -> FactsResult:
     """facts.node.collect under the engine's time limit (the same pool as the checks: a daemon
     worker, abandoned when overdue). An exception is a reason, never a crash."""
-    from nodeagent.facts import node
 
     def one(_: int) -> tuple[dict[str, Any] | None, str | None]:
         try:

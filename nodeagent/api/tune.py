@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from nodeagent.api.check import make_params
 from nodeagent.core import parse
+from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host
 
@@ -211,8 +212,6 @@ def share_layout(
     """Each tuner's parameter overrides, with the layout parameters made one: `ranks` (--ranks) or
     the value a tuner was given is set for every tuner that takes it and was not given one. Two
     different values are a UsageError: the plans would bind, size and divide for different ranks."""
-    from nodeagent.core.errors import UsageError
-
     out = {t.id: dict(overrides.get(t.id, {})) for t in tuners}
     if ranks is not None and not any(_takes(t, "ranks") for t in tuners):
         raise UsageError(
@@ -254,8 +253,6 @@ THREADS_PER_CPU_MAX = 4
 def check_thread_count(tuner_id: str, name: str, value: int, cpus: int | None) -> None:
     """A UsageError when a thread-count parameter is beyond THREADS_PER_CPU_MAX x this node's CPUs
     (unknown CPUs: no bound here; nodeagent.core.limits still caps every integer)."""
-    from nodeagent.core.errors import UsageError
-
     if cpus and value > THREADS_PER_CPU_MAX * cpus:
         raise UsageError(
             f"tuner {tuner_id}: {name}={value} is more than {THREADS_PER_CPU_MAX} threads per CPU of the "

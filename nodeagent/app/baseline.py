@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nodeagent.app.fleet import FleetRequest, OnDone
+from nodeagent import checks, engine
+from nodeagent.app.fleet import FleetRequest, OnDone, SshSource, baseline_values
+from nodeagent.core import safe_write
+from nodeagent.core.errors import UsageError
+from nodeagent.gate import baseline, judge
+from nodeagent.host import open_host
 
 
 @dataclass(frozen=True)
@@ -21,10 +26,6 @@ def save(
     path: Path, root: str | None = None, fleet: FleetRequest | None = None, on_done: OnDone | None = None
 ) -> Saved:
     """Every check's values on this node (or the recording `root`, or every host of `fleet`) in `path`."""
-    from nodeagent.core import safe_write
-    from nodeagent.core.errors import UsageError
-    from nodeagent.gate import baseline
-
     # A link or a device at `path` is refused before a fleet is read, not after (checked again
     # when writing).
     safe_write.check_target(path)
@@ -33,7 +34,6 @@ def save(
     if inv is not None:
         if root is not None:
             raise UsageError("--root reads one recorded node; it cannot be used with --cluster")
-        from nodeagent.app.fleet import SshSource, baseline_values
 
         assert fleet is not None
         values = baseline_values(SshSource(inv, fleet.workers, fleet.accept_new_host_keys), on_done)
@@ -46,10 +46,6 @@ def save(
 
 
 def _node_values(root: str | None) -> dict[str, Any]:
-    from nodeagent import checks, engine
-    from nodeagent.gate import judge
-    from nodeagent.host import open_host
-
     with open_host(root) as host:
         rep = engine.run_report(host, checks.select())
         return {host.name: judge.values_of(host, rep)}

@@ -3,8 +3,14 @@ from the command line, else the playbook's."""
 
 from __future__ import annotations
 
+import importlib.util
+import socket
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from nodeagent.bench import run as bench_run
+from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
     from nodeagent.bench.run import BenchResult, EventFn, ProgressFn
@@ -40,10 +46,6 @@ class BenchRequest:
 
 def need_tensorflow() -> None:
     """TensorFlow runs only in the benchmark's workers: look for it without importing it."""
-    import importlib.util
-
-    from nodeagent.core.errors import UsageError
-
     if importlib.util.find_spec("tensorflow") is None:
         raise UsageError("the benchmark needs TensorFlow: pip install 'nodeagent[tf]'")
 
@@ -57,9 +59,6 @@ def run(
     """The benchmark of this machine (a recording cannot be benchmarked). Each worker's steps go to
     `on_progress`; `on_event` also hears of the data set and of each worker's end
     (nodeagent.app.progress turns them into the faces' events)."""
-    from nodeagent.bench import run as bench_run
-    from nodeagent.core.errors import UsageError
-
     if root not in (None, "/"):
         raise UsageError(
             f"the benchmark measures the machine it runs on, not a recording ({root}): "
@@ -78,9 +77,6 @@ def run(
 
 def document(result: BenchResult) -> dict[str, Any]:
     """A benchmark as a run document (the report schema): no checks, the bench."""
-    import socket
-    import time
-
     bench = result.to_dict()
     return {
         "host": socket.gethostname(),

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from nodeagent import checks
 from nodeagent.app.fleet_sources import (
     SLURM_MINUTES,
     FleetCheck,
@@ -20,6 +21,10 @@ from nodeagent.app.fleet_sources import (
     SlurmSource,
     SshSource,
 )
+from nodeagent.cluster import DEFAULT_PARALLEL
+from nodeagent.cluster.inventory import load
+from nodeagent.compare.values import host_values
+from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
     from nodeagent.cluster.inventory.load import Inventory
@@ -81,9 +86,6 @@ class FleetRequest:
     def inventory(self) -> Inventory | None:
         """The inventory of `cluster` or `hostlist` (None when neither was given: no fleet, or
         Slurm's nodes)."""
-        from nodeagent.cluster.inventory import load
-        from nodeagent.core.errors import UsageError
-
         if sum(1 for given in (self.cluster, self.hostlist, self.slurm) if given) > 1:
             raise UsageError("give one of --cluster FILE, --hosts EXPR and --slurm PARTITION|NODELIST")
         if self.agent is not None and not self.slurm:
@@ -107,8 +109,6 @@ class FleetRequest:
 
     @property
     def workers(self) -> int:
-        from nodeagent.cluster import DEFAULT_PARALLEL
-
         return self.parallel or DEFAULT_PARALLEL
 
 
@@ -130,10 +130,8 @@ def on_agents(
 
 def baseline_values(source: SshSource, on_done: OnDone | None = None) -> dict[str, dict[str, Value]]:
     """Every host's comparable values for a fleet baseline; every host must answer."""
-    from nodeagent import checks
-    from nodeagent.cluster.runner import CheckJob
-    from nodeagent.compare.values import host_values
-    from nodeagent.core.errors import UsageError
+    # The fleet's runner (SSH, worker processes): loaded by the commands that run one.
+    from nodeagent.cluster.runner import CheckJob  # noqa: PLC0415
 
     report = source.run(CheckJob(checks.select()), on_done)
     failed = [o.name for o in report.outcomes.values() if not o.ok]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.app import check
+from nodeagent.gate import judge
 
 if TYPE_CHECKING:
     from nodeagent.engine import Report
@@ -31,8 +32,6 @@ class GateRun:
 def run(request: check.CheckRequest, fail_on: str | None = None) -> GateRun:
     """The gate on the request's node; `request.playbook` is required, its budget and fail-on level
     apply where the request does not set them."""
-    from nodeagent.gate import judge
-
     pb = request.playbook
     assert pb is not None, "the gate judges by a playbook"
     budget_s = request.budget_s if request.budget_s is not None else (pb.budget_s or judge.DEFAULT_BUDGET_S)

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nodeagent.bench import ab, run, stats
+
 if TYPE_CHECKING:
     from nodeagent.bench.ab import Block
     from nodeagent.bench.paired import Estimate
@@ -127,8 +129,6 @@ class BenchSteps:
         self.timing: tuple[str, int] | None = None  # the process already told as timing
 
     def __call__(self, event: BenchEvent) -> None:
-        from nodeagent.bench import run, stats
-
         if isinstance(event, run.Preparing):
             self.emit(Stage("bench", f"preparing the data set ({event.images} images)"))
             return
@@ -204,8 +204,6 @@ class Trials:
         self.emit(Change(self.flow, p.tuner, p.number, p.of))
 
     def block(self, block: Block, estimate: Estimate | None) -> None:
-        from nodeagent.bench import ab
-
         left_out = not block.counted
         if block.error is None and block.value is not None and not left_out:
             self.counted += 1
@@ -232,8 +230,6 @@ class Trials:
 
 def _side_rate(block: Block, side: str) -> float | None:
     """The side's rate in the block: the median of its trials (the built-in workload runs many)."""
-    from nodeagent.bench import stats
-
     rates = [t.rate for t in block.trials if t.side == side and t.rate is not None]
     return stats.median(rates) if rates else None
 

@@ -9,6 +9,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from nodeagent import tuners
+from nodeagent.api.tune import share_layout
+from nodeagent.app.bench import need_tensorflow
+from nodeagent.bench import verify as judged
+from nodeagent.bench.verify import stepwise_story
+from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import worst
+from nodeagent.host import open_host
+from nodeagent.tuning import apply, journal, persist, story
+from nodeagent.tuning.state import lock
+
 if TYPE_CHECKING:
     from nodeagent.api.tune import Plan, Tuner
     from nodeagent.app.verify import BlockFn
@@ -38,8 +51,6 @@ class TuneRequest:
     persist: bool = False
 
     def tuners(self) -> list[Tuner[Any, Any]]:
-        from nodeagent import tuners
-
         return tuners.select(
             list(self.only) or (list(self.playbook.tuners) if self.playbook else []), self.skip
         )
@@ -47,9 +58,6 @@ class TuneRequest:
     def params(self, selected: Sequence[Tuner[Any, Any]]) -> dict[str, Any]:
         """Each tuner's parameters: its defaults, the playbook's, then the overrides; the layout
         parameters (ranks, cpu_only, split_shared_nodes) made one for all (api.tune.share_layout)."""
-        from nodeagent.api.tune import share_layout
-        from nodeagent.core.errors import UsageError
-
         unknown = sorted(set(self.overrides) - {t.id for t in selected})
         if unknown:
             raise UsageError(f"--set names tuner {unknown[0]!r}, which is not selected or does not exist")
@@ -78,8 +86,6 @@ class TuneRequest:
 
 def _setting_text(value: Any) -> str:
     """A --set value as YAML that reads back as the same value (a string such as 'true' quoted)."""
-    import yaml
-
     text: str = yaml.safe_dump(value, default_flow_style=True, width=1 << 30)
     return text.removesuffix("\n...\n").strip()
 
@@ -92,8 +98,6 @@ def plans_on(request: TuneRequest, host: Host) -> list[Plan]:
 
 def plans(request: TuneRequest) -> list[Plan]:
     """The plans for the request's node (a dry run: nothing is written)."""
-    from nodeagent.host import open_host
-
     with open_host(request.root) as host:
         return plans_on(request, host)
 
@@ -111,8 +115,6 @@ class TuneRun:
 
     @property
     def exit_code(self) -> int:
-        from nodeagent.core.finding import worst
-
         if self.checked is not None:
             return self.checked.exit_code
         if self.applied is not None:
@@ -139,8 +141,6 @@ class TuneRun:
 
 def validate(request: TuneRequest, do_apply: bool, verify: Job | None, quick: bool = False) -> None:
     """The usage errors of a run, found before anything starts (a progress display, a lock)."""
-    from nodeagent.core.errors import UsageError
-
     if verify is None:
         if quick:
             raise UsageError("--quick sizes the trials of --verify: give --apply --verify too")
@@ -156,8 +156,6 @@ def validate(request: TuneRequest, do_apply: bool, verify: Job | None, quick: bo
         )
     verify.validate()
     if verify.builtin:
-        from nodeagent.app.bench import need_tensorflow
-
         need_tensorflow()
 
 
@@ -171,9 +169,6 @@ def run(
 ) -> TuneRun:
     """Plan; with `do_apply`, apply (and with `verify`, keep each change only when A/B trials of
     the job show it faster: nodeagent.bench.verify)."""
-    from nodeagent.host import open_host
-    from nodeagent.tuning.state import lock
-
     validate(request, do_apply, verify)
     selected = request.tuners()
     params = request.params(selected)
@@ -183,13 +178,9 @@ def run(
     with held, open_host(request.root, writable=do_apply and request.root is not None) as host:
         out = TuneRun(host.name, [t.run_plan(host, params[t.id]) for t in selected])
         if request.persist:
-            from nodeagent.tuning import persist
-
             runtime = [c for p in out.plans for c in p.changes]
             out.persisting = persist.plan(persist.collect(host), runtime)
         if do_apply and verify is not None:
-            from nodeagent.bench import verify as judged
-
             verifiers = {t.id: t.verify for t in selected if t.verify}
             out.checked = judged.one_at_a_time(
                 host, out.plans, request.profile, verify, verifiers, on_change, on_trial, on_block
@@ -201,11 +192,7 @@ def run(
 
 
 def _story(out: TuneRun, do_apply: bool, profile_name: str) -> list[str]:
-    from nodeagent.tuning import story
-
     if out.checked is not None:
-        from nodeagent.bench.verify import stepwise_story
-
         return [
             story.planned(out.plans),
             *stepwise_story(out.checked, profile_name),
@@ -217,8 +204,6 @@ def _story(out: TuneRun, do_apply: bool, profile_name: str) -> list[str]:
 
 
 def _apply(request: TuneRequest, host: Host, selected: Sequence[Tuner[Any, Any]], out: TuneRun) -> None:
-    from nodeagent.tuning import apply
-
     verifiers = {t.id: t.verify for t in selected if t.verify}
     out.applied = apply.apply(
         host, out.plans, request.profile, verifiers=verifiers, persisting=out.persisting
@@ -227,10 +212,6 @@ def _apply(request: TuneRequest, host: Host, selected: Sequence[Tuner[Any, Any]]
 
 def apply_plans(request: TuneRequest, chosen: list[Plan]) -> ApplyResult:
     """Apply plans already shown (the TUI's selection) on this machine, each tuner's own read-back."""
-    from nodeagent import tuners
-    from nodeagent.host import open_host
-    from nodeagent.tuning import apply
-
     wanted = {p.tuner for p in chosen}
     verifiers = {t.id: t.verify for t in tuners.select([], []) if t.id in wanted and t.verify}
     with open_host(request.root) as host:
@@ -238,8 +219,6 @@ def apply_plans(request: TuneRequest, chosen: list[Plan]) -> ApplyResult:
 
 
 def journals() -> list[Journal]:
-    from nodeagent.tuning import journal
-
     return journal.all_journals()
 
 
@@ -253,17 +232,11 @@ class RevertRun:
 
     @property
     def exit_code(self) -> int:
-        from nodeagent.core.finding import worst
-
         return worst(f.status for _, _, findings in self.done for f in findings).exit_code
 
 
 def revert(journal_id: str | None, revert_all: bool = False) -> RevertRun:
     """Restore what the journal `journal_id` (or every journal not yet reverted, newest first) changed."""
-    from nodeagent.core.errors import UsageError
-    from nodeagent.tuning import apply, journal
-    from nodeagent.tuning.state import lock
-
     if revert_all == bool(journal_id):
         raise UsageError("give one journal id, or --all (see `nodeagent revert --list`)")
     with lock():  # no apply or other revert in between (a second one waits, then exit 75)

@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from nodeagent.app.bench import need_tensorflow
+from nodeagent.bench import verify
+from nodeagent.bench.verify import Job
+from nodeagent.tuning import history as recorded
 
 if TYPE_CHECKING:
     from nodeagent.bench.ab import Block, TrialFn
@@ -26,21 +32,15 @@ class VerifyRequest:
     trial_timeout: float | None = None
 
     def job(self) -> Job:
-        from nodeagent.bench.verify import Job
-
         return Job(tuple(self.command) or None, self.metric, self.quick, self.pairs, self.trial_timeout)
 
 
 def validate(request: VerifyRequest) -> None:
     """The usage errors, found before anything starts (a progress display, a trial)."""
-    from nodeagent.bench import verify
-
     job = request.job()
     job.validate()
     verify.check_profile(request.profile)
     if job.builtin:
-        from nodeagent.app.bench import need_tensorflow
-
         need_tensorflow()
 
 
@@ -48,16 +48,10 @@ def run(
     request: VerifyRequest, on_trial: TrialFn | None = None, on_block: BlockFn | None = None
 ) -> ProfileVerdict:
     """A/B trials of the job without and with the profile; the record is added to the history."""
-    import socket
-
-    from nodeagent.bench import verify
-
     validate(request)
     return verify.verify_profile(request.job(), request.profile, socket.gethostname(), on_trial, on_block)
 
 
 def history() -> list[Record]:
     """Every verify decision recorded on this machine, oldest first."""
-    from nodeagent.tuning import history as recorded
-
     return recorded.read()

@@ -36,6 +36,7 @@ matching line), or 1 / the job's wall time.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import queue
@@ -558,8 +559,6 @@ class _Worker:
         self.lines.put(b"")
 
     def reply(self, timeout_s: float) -> dict[str, Any]:
-        import json
-
         try:
             line = self.lines.get(timeout=timeout_s)
         except queue.Empty:

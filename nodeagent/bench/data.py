@@ -16,6 +16,7 @@ data. Records use the keys of TensorFlow's ImageNet TFRecords (image/encoded, im
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -233,8 +234,6 @@ def picture(rng: Any, side: int) -> Any:
 
 
 def generate(images: int, size: int, shards: int, out: Path) -> None:
-    import importlib
-
     import numpy as np
 
     tf = importlib.import_module("tensorflow")

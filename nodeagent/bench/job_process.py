@@ -29,6 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
+import psutil
+
 from nodeagent.core import interrupt
 
 LINE_BYTES = 4096  # of one output line kept: a figure for --metric is near the start of its line
@@ -182,8 +184,6 @@ def _drain(sel: selectors.BaseSelector, tails: dict[IO[bytes], LineTail], deadli
 
 def members(leader: int) -> list[int]:
     """The live processes of the session (or process group) `leader` started, zombies left out."""
-    import psutil
-
     found = []
     for pid in psutil.pids():
         if pid == leader:
@@ -200,8 +200,6 @@ def members(leader: int) -> list[int]:
 
 
 def _describe(pid: int) -> str:
-    import psutil
-
     try:
         return f"{psutil.Process(pid).name()} (pid {pid})"
     except psutil.Error:

@@ -19,6 +19,7 @@ https://www.tensorflow.org/tutorials/images/data_augmentation): a map with state
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -98,8 +99,6 @@ _SKIP = {"experimental_deterministic", "experimental_threading", "experimental_d
 
 def options_dict(options: Any, prefix: str = "") -> dict[str, Any]:
     """The options that are set (not None, i.e. not left to TensorFlow's default), dotted."""
-    import enum
-
     out: dict[str, Any] = {}
     for name in sorted(dir(type(options))):
         if name.startswith("_") or name in _SKIP or not isinstance(getattr(type(options), name), property):

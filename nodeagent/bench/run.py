@@ -35,8 +35,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from nodeagent import bench
-from nodeagent.bench import stats
+from nodeagent.bench import data, stats
+from nodeagent.core.errors import UsageError
+from nodeagent.facts import cgroup
+from nodeagent.host import LocalHost
+from nodeagent.tuning import profile
+from nodeagent.tuning.launcher import HOOKS_DIR
 
 CONFIGS = bench.CONFIGS  # naive, autotune, tuned, input_only, compute_only
 STAGES = ("input_only", "compute_only")
@@ -298,8 +305,6 @@ class BenchResult:
 def without_hook(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` without what a parent `nodeagent exec` left behind (the tf.data hook on PYTHONPATH,
     its options, the PM QoS file descriptor): a program started from it is not tuned by stealth."""
-    from nodeagent.tuning.launcher import HOOKS_DIR
-
     env = {k: v for k, v in environ.items() if k not in HOOK_VARS}
     hooks = str(HOOKS_DIR)
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != hooks]
@@ -349,9 +354,6 @@ def exec_argv(profile_name: str, command: list[str]) -> list[str]:
 
 def profile_problem(profile_name: str) -> str | None:
     """Why the profile cannot be used (absent, unreadable), or None."""
-    from nodeagent.core.errors import UsageError
-    from nodeagent.tuning import profile
-
     try:
         profile.load(profile_name)
     except UsageError as e:
@@ -386,8 +388,6 @@ def busy_cpu_s() -> float | None:
     """CPU seconds the whole machine has spent busy since boot: user, nice, system, irq, softirq and
     steal (the hypervisor gave our vCPU to another), from psutil's reading of /proc/stat (proc(5);
     guest time is already inside user). None where the platform does not report them."""
-    import psutil
-
     try:
         t = psutil.cpu_times()
     except (OSError, RuntimeError):
@@ -404,8 +404,6 @@ def busy_cpu_s() -> float | None:
 
 def own_cpu_s() -> float:
     """CPU seconds of this process and of its finished children (the worker, once reaped)."""
-    import psutil
-
     t = psutil.Process().cpu_times()
     return float(t.user + t.system + t.children_user + t.children_system)
 
@@ -670,9 +668,6 @@ def busy_notes(configs: Iterable[ConfigResult]) -> list[str]:
 
 def usable_cpus() -> int | None:
     """CPUs a job started here can keep busy: affinity, cgroup cpuset and CFS quota."""
-    from nodeagent.facts import cgroup
-    from nodeagent.host import LocalHost
-
     return cgroup.collect(LocalHost()).effective_cpus
 
 
@@ -686,8 +681,6 @@ def sizes_for(quick: bool, repeats: int | None = None, processes: int | None = N
 
 
 def ensure_data(sizes: Sizes) -> Path:
-    from nodeagent.bench import data
-
     return data.ensure_dataset(sizes.images, sizes.image_size, sizes.shards)
 
 

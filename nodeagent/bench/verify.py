@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,10 @@ from typing import TYPE_CHECKING, Any
 from nodeagent.bench import ab, measure, paired, run, stats
 from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Status
+from nodeagent.tuning import apply, history, journal, launcher, prepared, profile, toggle
+from nodeagent.tuning.state import StateDiskError, write_atomic
+from nodeagent.tuning.story import restored
 
 if TYPE_CHECKING:
     from nodeagent.api.tune import Plan
@@ -150,8 +155,6 @@ class Job:
 
     @property
     def label(self) -> str:
-        import shlex
-
         return "built-in tf.data + XLA benchmark" if self.command is None else shlex.join(self.command)
 
 
@@ -162,8 +165,6 @@ def _side(name: str, profile_name: str, command: Sequence[str], env: dict[str, s
     """One side: `command` as `nodeagent exec --profile PROFILE_NAME` runs it, resolved once here and
     started by nodeagent.tuning.prepared for every trial (exec's start-up, paid on every trial,
     would otherwise be most of a short job's and add its noise to every pair)."""
-    from nodeagent.tuning import launcher, prepared
-
     # Resolved against the environment a trial starts with: its measuring folder's variable is
     # there (each trial's own folder passes through), and so the hook's folder on PYTHONPATH.
     planning = measure.hook_env(env, folder / "measure")
@@ -211,8 +212,6 @@ def side_b_profile(name: str, base: Path | None = None) -> Iterator[str]:
     (`tune --apply --only thp` writes journals, no file) has none, and `nodeagent exec --profile`
     refuses a named profile that is not there: B then runs through an empty one of its own,
     removed afterwards, as exec without a profile would run it."""
-    from nodeagent.tuning import profile
-
     if profile.profile_path(name, base).exists():
         yield name
         return
@@ -223,9 +222,6 @@ def side_b_profile(name: str, base: Path | None = None) -> Iterator[str]:
 @contextlib.contextmanager
 def _trial_profile(pattern: str, text: str | None, base: Path | None) -> Iterator[str]:
     """A profile file for the trials only, holding `text` (or nothing); removed afterwards."""
-    from nodeagent.tuning import profile
-    from nodeagent.tuning.state import write_atomic
-
     name = pattern.format(pid=os.getpid())
     path = profile.profile_path(name, base)
     try:
@@ -254,8 +250,6 @@ def trials(
     """A/B trials of the job: B through `b_profile` with the journals' runtime values, A through
     `a_text` with their old values. The runtime values are left as B has them. A time budget counts
     from `started` (time.monotonic()), or from now."""
-    from nodeagent.tuning import toggle
-
     limits = job.limits(started)
     switch = toggle.RuntimeSwitch(_live(journals))
     with (
@@ -298,8 +292,6 @@ def _runtime(journals: Sequence[Journal]) -> list[dict[str, str]]:
 
 
 def _profile_text(name: str) -> str | None:
-    from nodeagent.tuning import profile
-
     try:
         return profile.profile_path(name).read_text()
     except FileNotFoundError:
@@ -320,8 +312,6 @@ def record(
     runtime: list[dict[str, str]],
 ) -> Any:
     """The history record of one judged change (nodeagent.tuning.history.Record)."""
-    from nodeagent.tuning import history
-
     est = result.estimate
     return history.Record(
         time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -381,8 +371,6 @@ class ProfileVerdict:
 def profile_journals(profile_name: str) -> list[Journal]:
     """The applied journals made under `profile_name` on this machine: their runtime values are
     part of what the profile is on this node."""
-    from nodeagent.tuning import journal
-
     return [
         j
         for j in journal.all_journals()
@@ -394,8 +382,6 @@ def check_profile(profile_name: str) -> list[Journal]:
     """The profile's applied journals; a profile that is neither a settings file nor runtime values
     (`tune --apply --only thp --profile P` writes journals and no file), or an unreadable file, is
     one UsageError line, before anything runs."""
-    from nodeagent.tuning import profile
-
     journals = profile_journals(profile_name)
     if journals:
         profile.load_if_present(profile_name)
@@ -412,9 +398,6 @@ def verify_profile(
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None = None,
 ) -> ProfileVerdict:
     """A/B trials of the job without (A) and with (B) the profile and its runtime values."""
-    from nodeagent.tuning import history
-    from nodeagent.tuning.state import StateDiskError
-
     started = time.monotonic()  # the budget counts the preparation (data, profiles) too
     job.validate()
     journals = check_profile(profile_name)
@@ -547,8 +530,6 @@ def _judge(
     on_block: Callable[[ab.Block, paired.Estimate | None], None] | None,
     started: float,
 ) -> ChangeVerdict:
-    from nodeagent.tuning import apply, journal
-
     a_text = _profile_text(profile_name)
     applied: ApplyResult | None = None
     try:
@@ -573,9 +554,6 @@ def _judge(
 
 def _remember(out: StepwiseResult, node: str, profile_name: str, c: ChangeVerdict) -> None:
     """Append the change's record; a state disk that refuses it is a note: the decision stands."""
-    from nodeagent.tuning import history
-    from nodeagent.tuning.state import StateDiskError
-
     assert c.result is not None
     entry = record(out.job, node, profile_name, c.tuner, c.result, c.decision, c.settings, c.runtime)
     try:
@@ -595,9 +573,6 @@ def _measured(tuner: str, r: ab.ABResult) -> str:
 
 
 def _change_lines(c: ChangeVerdict) -> list[str]:
-    from nodeagent.core.finding import Status
-    from nodeagent.tuning.story import restored
-
     if c.decision == NOTHING:
         return [f"applied: {c.tuner}: nothing: every value is already as planned, and no setting to save"]
     if c.decision == NOT_RUN:

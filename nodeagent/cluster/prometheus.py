@@ -25,9 +25,10 @@ import socket
 import threading
 import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -35,9 +36,6 @@ from nodeagent import __version__
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status
-
-if TYPE_CHECKING:
-    import urllib.request
 
 # The numbers of nodeagent's status gauges, the same as `nodeagent check`'s exit codes apart from
 # SKIPPED, so that `> 0` means "look at it".
@@ -335,8 +333,6 @@ class Client:
         raise AssertionError("the pool gave no outcome")  # bounded yields one per item
 
     def _exchange(self, path: str, params: Mapping[str, str], sockets: _Sockets) -> tuple[int, bytes]:
-        import urllib.request
-
         url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         headers = {"Accept": "application/json", "User-Agent": f"nodeagent/{__version__}"}
         if self.endpoint.authorization is not None:
@@ -420,7 +416,6 @@ def _opener(sockets: _Sockets) -> urllib.request.OpenerDirector:
     redirect: a redirect is an answer (HTTPError 3xx). urllib would send the request's headers,
     the Authorization of `user:password@` too, to whatever server the Location names, and over
     plain http after https."""
-    import urllib.request
 
     class Told(http.client.HTTPConnection):
         def connect(self) -> None:

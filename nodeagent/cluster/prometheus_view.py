@@ -34,6 +34,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodeagent.cluster.prometheus import Client, selector, selector_matchers, status_of
+from nodeagent.cluster.report import FleetReport
+from nodeagent.cluster.runner import HostOutcome
+from nodeagent.compare import fleet
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status, worst
 
@@ -92,8 +96,6 @@ class PrometheusFleetRequest:
 
     def matchers(self) -> str:
         """The selector's label matchers; UsageError for a bad selector or a bad number."""
-        from nodeagent.cluster.prometheus import selector_matchers
-
         for option, value in (
             ("--stale-after", self.stale_after_s),
             ("--lookback", self.lookback_s),
@@ -158,8 +160,6 @@ class Observed:
 def observe(client: Client, request: PrometheusFleetRequest) -> Observed:
     """Query Prometheus for the view: its now, the nodeagent series then, what each host last
     showed within the lookback, and the targets' health."""
-    from nodeagent.cluster.prometheus import selector
-
     matchers = request.matchers()
     at = client.now()
     names = "|".join(CURRENT_FAMILIES)
@@ -271,9 +271,6 @@ class Judged:
 
 def fleet_report(observed: Observed, request: PrometheusFleetRequest, duration_s: float = 0.0) -> FleetReport:
     """The fleet report of what Prometheus holds (see the module docstring); pure."""
-    from nodeagent.cluster.report import FleetReport
-    from nodeagent.compare import fleet
-
     judged: dict[str, Judged] = {}
     notes = [f"Prometheus warned: {w}" for w in observed.warnings]
     for host, (target, run, seen) in _nodes(observed, notes).items():
@@ -370,8 +367,6 @@ def _context(target: TargetKey, scrape: Target | None, age: float | None, last: 
 
 
 def _unknown(host: str, seen: str, context: dict[str, Any], finding: Finding) -> Judged:
-    from nodeagent.cluster.runner import HostOutcome
-
     doc = {
         "host": host,
         "status": Status.UNKNOWN.value,
@@ -384,8 +379,6 @@ def _unknown(host: str, seen: str, context: dict[str, Any], finding: Finding) ->
 
 
 def _fresh(host: str, run: NodeRun, context: dict[str, Any]) -> Judged:
-    from nodeagent.cluster.runner import HostOutcome
-
     checks = []
     findings: list[Finding] = []
     for check_id, value in sorted(run.checks.items()):
@@ -428,15 +421,11 @@ def _values(run: NodeRun, checks: Sequence[Mapping[str, Any]]) -> dict[str, Valu
 
 def _status(value: float | None) -> Status:
     """The status a gauge stands for; UNKNOWN for a missing value or one nodeagent never writes."""
-    from nodeagent.cluster.prometheus import status_of
-
     status = status_of(value) if value is not None else None
     return status if status is not None else Status.UNKNOWN
 
 
 def _status_word(value: float | None) -> str | None:
-    from nodeagent.cluster.prometheus import status_of
-
     status = status_of(value) if value is not None else None
     return status.value if status is not None else None
 
@@ -598,8 +587,6 @@ def _show_target(target: TargetKey) -> str:
 def run(request: PrometheusFleetRequest, client: Client | None = None) -> FleetReport:
     """The fleet view of what the Prometheus at `request.url` holds; its exit code is the worst
     status over the nodes, as for `check --cluster`."""
-    from nodeagent.cluster.prometheus import Client
-
     request.matchers()  # a bad option fails before any request
     start = time.monotonic()
     observed = observe(client or Client(request.url, request.timeout_s), request)

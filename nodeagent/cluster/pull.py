@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from nodeagent import __version__
 from nodeagent.core import limits
+from nodeagent.host import recorder
 
 if TYPE_CHECKING:
     from nodeagent.host.recorder import Recording
@@ -116,8 +117,6 @@ def read(stream: bytes, cap: int | None = None) -> Recording:
     passes `cap` bytes (default NODEAGENT_MAX_RECORDING_MIB): a zlib bomb costs at most the cap, as
     the largest recording allowed does. ValueError naming what is wrong otherwise (not a recording,
     truncated, corrupt, too large)."""
-    from nodeagent.host import recorder
-
     if not stream.startswith(recorder.PULL_MAGIC):
         return recorder.decode(stream)  # names what it is instead
     body = _inflate(stream[len(recorder.PULL_MAGIC) :], _cap(cap))

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from nodeagent.api.report import DocumentError, HostResult, validate
 from nodeagent.cluster import DEFAULT_PARALLEL
 from nodeagent.cluster.inventory.hostlist import expand_hostlist
 from nodeagent.cluster.runner import EXIT_STATUS, HostOutcome
@@ -971,8 +972,6 @@ def _cancel(name: str) -> None:
 def check_outcome(node: SlurmNode, doc: dict[str, Any], exit_code: int) -> HostOutcome:
     """A node's `nodeagent check --facts` report, named by its Slurm node name (the name the node
     gave itself kept as `hostname`), its facts apart for the fleet comparison."""
-    from nodeagent.api.report import DocumentError, HostResult, validate
-
     doc["hostname"] = doc.get("host")
     doc["host"] = node.name
     for finding in doc.get("findings", []):

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodeagent.facts import pci
+from nodeagent.facts import nvidia_smi, pci
 from nodeagent.facts.gpu_report import SMI_COMMAND, SMI_SOURCE
 from nodeagent.facts.topo_matrix import COMMAND as TOPO_COMMAND
 from nodeagent.facts.topo_matrix import TopoMatrix, parse_topo
@@ -117,7 +117,6 @@ def inventory(host: Host) -> list[Gpu]:
 
 def _smi_gpus(host: Host) -> tuple[GpuHealth, ...]:
     # Imported here: facts.nvidia_smi builds on this module.
-    from nodeagent.facts import nvidia_smi
 
     log = nvidia_smi.run_log(host).log
     return log.gpus if log is not None else ()

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -186,7 +187,6 @@ def parse_xml(text: str) -> SmiLog:
     if start < 0 or end < start:
         raise ValueError("no <nvidia_smi_log> element")
     # Imported here: only snapshots and remote hosts parse XML, `nodeagent check` here never does.
-    import xml.etree.ElementTree as ET
 
     try:
         # The DOCTYPE before the element names a DTD that is not needed (and never fetched).

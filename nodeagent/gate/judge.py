@@ -16,8 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from nodeagent import engine
+from nodeagent import checks, engine
+from nodeagent.compare.values import host_values
+from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status
+from nodeagent.facts import node
+from nodeagent.gate import baseline as baselines
+from nodeagent.gate import fold
+from nodeagent.gate import thresholds as rules_mod
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
@@ -36,9 +42,6 @@ DEFAULT_BUDGET_S = 10.0  # without --budget and without one in the playbook
 
 def selected_checks(pb: Playbook | None, only: list[str], skip: list[str]) -> list[Check[Any, Any]]:
     """The checks to run: --only/--skip, within the playbook's checks when there is one."""
-    from nodeagent import checks
-    from nodeagent.core.errors import UsageError
-
     # A playbook's own list may name on-demand checks (gpu-training's dcgm-diag), which a plain
     # selection leaves out.
     chosen = checks.select(only or (list(pb.checks) if pb is not None else []), skip)
@@ -59,9 +62,6 @@ def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
     """The node's comparable values: its facts and its findings, flattened (compare.values.host_values).
     No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
     needed it has run it already, and its findings carry what it saw."""
-    from nodeagent.compare.values import host_values
-    from nodeagent.facts import node
-
     return host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
 
 
@@ -81,22 +81,16 @@ def judged(
     """`results` judged by the playbook's thresholds and the baseline on the node's values: each
     verdict on a value a check reported re-judges that check's finding (nodeagent.gate.fold), and
     the rest are the results "playbook" and "baseline" (left out when they hold nothing)."""
-    from nodeagent.gate import fold
-
     rules: list[fold.Rule] = []
     titles: dict[str, str] = {}
     durations: dict[str, float] = {}
     if pb is not None and pb.thresholds:
-        from nodeagent.gate import thresholds as rules_mod
-
         start = time.perf_counter()
         found = rules_mod.evaluate(pb.thresholds, values, host_name)
         rules.append(fold.Rule(rules_mod.CHECK_ID, f"playbook {pb.name}", found))
         titles[rules_mod.CHECK_ID] = f"thresholds of playbook {pb.name}"
         durations[rules_mod.CHECK_ID] = time.perf_counter() - start
     if baseline is not None:
-        from nodeagent.gate import baseline as baselines
-
         start = time.perf_counter()
         found = baselines.compare(baseline, values, host_name, lost_hardware(pb))
         rules.append(fold.Rule(baselines.CHECK_ID, f"baseline {baseline.path.name}", found))

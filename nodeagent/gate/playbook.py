@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from nodeagent import checks, tuners
 from nodeagent.compare.values import Value
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import (
@@ -273,16 +274,12 @@ class _Resolver:
     # Registries load on first use: a playbook without tuners never imports them.
     def check_ids(self) -> list[str]:
         if self._checks is None:
-            from nodeagent import checks
-
             self.check_objects = {c.id: c for c in checks.all_checks()}
             self._checks = list(self.check_objects)
         return self._checks
 
     def tuner_ids(self) -> list[str]:
         if self._tuners is None:
-            from nodeagent import tuners
-
             self.tuner_objects = {t.id: t for t in tuners.all_tuners()}
             self._tuners = list(self.tuner_objects)
         return self._tuners

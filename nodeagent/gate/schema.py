@@ -29,6 +29,12 @@ from nodeagent.api.check import same_kind
 from nodeagent.compare import hardware
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import Document, Loc, did_you_mean, show_value
+from nodeagent.facts.gpus import Gpu
+from nodeagent.facts.memory import HugePagePool, Memory
+from nodeagent.facts.network import Nic, RdmaPort
+from nodeagent.facts.pci import PciDevice
+from nodeagent.facts.system import System
+from nodeagent.facts.topology import Topology
 from nodeagent.gate.thresholds import Threshold
 
 # --- The file ---------------------------------------------------------------------------------------
@@ -231,20 +237,11 @@ Kind = Literal["number", "text", "boolean"]
 
 def _entry_classes() -> dict[str, type[Any]]:
     """List sections whose entries are dataclasses, flattened as SECTION[label].FIELD."""
-    from nodeagent.facts.gpus import Gpu
-    from nodeagent.facts.memory import HugePagePool
-    from nodeagent.facts.network import Nic, RdmaPort
-    from nodeagent.facts.pci import PciDevice
-
     return {"nics": Nic, "rdma": RdmaPort, "gpus": Gpu, "pci": PciDevice, "hugepages.pools": HugePagePool}
 
 
 def _scalar_classes() -> dict[str, tuple[type[Any], dict[str, str]]]:
     """Sections of scalars taken from a dataclass: section -> (class, key in section -> field)."""
-    from nodeagent.facts.memory import Memory
-    from nodeagent.facts.system import System
-    from nodeagent.facts.topology import Topology
-
     # The Topology fields node.collect puts in its "topology" section as scalars.
     topology = ("cpu_model", "packages", "cores", "threads_per_core", "cpus_online", "cpus_offline")
     return {

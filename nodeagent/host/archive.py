@@ -7,9 +7,13 @@ many disks (seconds for one hwloc tree here), reading them from memory is not.
 
 from __future__ import annotations
 
+import bz2
 import errno
+import gzip
 import io
+import lzma
 import posixpath
+import tarfile
 from collections.abc import Iterable, Mapping
 from typing import BinaryIO
 
@@ -36,10 +40,6 @@ def _decompressed(archive: str | bytes) -> bytes:
     """The archive's tar bytes (from a file, or already in memory as pulled over SSH), decompressed
     in chunks of 1 MiB and counted as they come: ArchiveTooLarge as soon as they pass the limit.
     (Chunks, not tarfile's stream reader: that is ~20x slower.)"""
-    import bz2
-    import gzip
-    import lzma
-
     mib = env_limit(MAX_ARCHIVE_MIB_ENV, MAX_ARCHIVE_MIB)
     limit = mib << 20
     raw: BinaryIO = io.BytesIO(archive) if isinstance(archive, bytes) else open(archive, "rb")  # noqa: SIM115
@@ -176,8 +176,6 @@ class ArchiveTree(MemoryTree):
     header after the first member, is an error (ArchiveTooLarge, ValueError), never a partial tree."""
 
     def __init__(self, archive: str | bytes) -> None:
-        import tarfile
-
         super().__init__()
         self._why: dict[str, str] = {}
         max_members = env_limit(MAX_ARCHIVE_MEMBERS_ENV, MAX_ARCHIVE_MEMBERS)

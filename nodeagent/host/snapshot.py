@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import lzma
 import os
@@ -185,8 +186,6 @@ def _on_walk(parts: tuple[str, ...], units: tuple[str, ...]) -> bool:
     at the path of `parts`: every component matches the pattern's at that depth, so the walk listed
     or opened it (a path deeper than the pattern is inside what the pattern reached: the shorter of
     the two decides, hence strict=False)."""
-    import fnmatch
-
     return all(fnmatch.fnmatchcase(part, unit) for part, unit in zip(parts, units, strict=False))
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nodeagent import tuners
 from nodeagent.api.tune import Change, Plan, Scope, _restorable, _same, verify_writes
 from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
@@ -409,8 +410,6 @@ def check_owned(j: journal.Journal) -> None:
     """Refuse (UsageError) a journal that names a path nodeagent never writes: a runtime write
     outside its tuner's `writes` patterns, a host file --persist does not write (or a folder not on
     the way to one), a profile outside the journal's own state folder."""
-    from nodeagent import tuners
-
     registry = {t.id: t for t in tuners.all_tuners()}
     for w in j.writes:
         t = registry.get(w.tuner)

@@ -40,6 +40,8 @@ from typing import Any
 
 from nodeagent.core import jsondoc, parse
 from nodeagent.core.errors import UsageError
+from nodeagent.facts import cgroup
+from nodeagent.host import LocalHost
 from nodeagent.tuning import binding, profile
 from nodeagent.tuning.binding import Entry, Warn
 
@@ -132,9 +134,6 @@ class Machine:
 
 
 def read_machine() -> Machine:
-    from nodeagent.facts import cgroup
-    from nodeagent.host import LocalHost
-
     cg = cgroup.collect(LocalHost())
     nodes: list[int] | None
     try:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import binding
+from nodeagent.tuning.state import write_atomic
 
 if TYPE_CHECKING:
     from nodeagent.tuning.launcher import Launch, Machine
@@ -38,8 +39,6 @@ MAX_BYTES = 1 << 20  # a launch is a few kilobytes; the file is nodeagent's own,
 
 def write(path: Path, launch: Launch, machine: Machine, environ: Mapping[str, str]) -> None:
     """Keep `launch`, resolved against `environ`, in `path` for `argv`."""
-    from nodeagent.tuning.state import write_atomic
-
     doc = {
         "argv": launch.argv,
         "env": launch.env_diff(environ),

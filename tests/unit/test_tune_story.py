@@ -175,7 +175,7 @@ def test_apply_partly_failing_verification(
         host.tree = FirmwareOwnedTree(str(root), {enabled})
         return host
 
-    monkeypatch.setattr("nodeagent.host.open_host", host_of)
+    monkeypatch.setattr("nodeagent.app.tune.open_host", host_of)
     code, out, _ = run_cli("tune", "--root", str(node), "--only", "thp,numa-balancing", "--apply")
     lines = story_of(out)
     assert_consistent(lines)
