@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import binding
-from nodeagent.tuning.state import write_atomic
 
 if TYPE_CHECKING:
     from nodeagent.tuning.launcher import Launch, Machine
@@ -39,6 +38,9 @@ MAX_BYTES = 1 << 20  # a launch is a few kilobytes; the file is nodeagent's own,
 
 def write(path: Path, launch: Launch, machine: Machine, environ: Mapping[str, str]) -> None:
     """Keep `launch`, resolved against `environ`, in `path` for `argv`."""
+    # Here, not at the top: main() starts every trial of the user's job, and needs none of it.
+    from nodeagent.tuning.state import write_atomic  # noqa: PLC0415
+
     doc = {
         "argv": launch.argv,
         "env": launch.env_diff(environ),
