@@ -45,12 +45,11 @@ from hypothesis import strategies as st
 
 from tests.support.fuzzing import GARBAGE
 from tests.support.measured import run_measured
-from tests.support.paths import REPO
+from tests.support.paths import REPO, VM
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
 pytestmark = pytest.mark.slow
 
-VM = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 EXITS = {0, 1, 2, 3, 64}
 TIMEOUT_S = 30.0
 MAX_RSS_MB = 500

@@ -32,13 +32,12 @@ from typing import Any
 import pytest
 
 from tests.support.golden_docs import stable
-from tests.support.paths import REPO
+from tests.support.paths import REPO, VM
 from tests.support.wheel_contents import version
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("image"), pytest.mark.timeout(1800)]
 
 NODEAGENT = str(Path(sys.executable).with_name("nodeagent"))
-RECORDING = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 NODE = "gpu-node-07"
 BUILD_TIMEOUT_S = 1500
 RUN_TIMEOUT_S = 300
@@ -171,7 +170,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recorded node as a folder named `host`, as in the container (its name is in the report)."""
     tree = tmp_path_factory.mktemp("recording") / "host"
     tree.mkdir()
-    with tarfile.open(RECORDING) as tar:
+    with tarfile.open(VM) as tar:
         tar.extractall(tree, filter="tar")
     return tree
 

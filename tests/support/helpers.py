@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING
 
 from nodeagent.core.finding import Finding
 from nodeagent.host import SnapshotHost
-from tests.support.paths import REPO
+from tests.support.paths import FIXTURES
 
 if TYPE_CHECKING:
     import pytest
 
-FIXTURES = REPO / "tests" / "fixtures"
 SYSFS_FIXTURES = FIXTURES / "hwloc"
 NVIDIA_SMI_FIXTURES = FIXTURES / "nvidia-smi"
 FIXTURE_TREES = sorted(p.name.removesuffix(".tar.bz2") for p in SYSFS_FIXTURES.glob("*.tar.bz2"))

@@ -20,7 +20,8 @@ from nodeagent.checks import dcgm_diag
 from nodeagent.core.finding import Status
 from nodeagent.facts import dcgm
 from nodeagent.host import CmdResult, LocalHost
-from tests.support.helpers import FIXTURES, make_tree
+from tests.support.helpers import make_tree
+from tests.support.paths import FIXTURES
 
 STEM = "dcgmi-diag-r-1-j"  # the snapshot's file stem for `dcgmi diag -r 1 -j`
 VIRTUALCLIENT_R1 = FIXTURES / "dcgm" / "virtualclient-r1-pass" / "dcgmi-diag-r1-j.json"

@@ -24,7 +24,8 @@ from nodeagent.core.finding import Finding, Status
 from nodeagent.facts import dcgm, kmsg
 from nodeagent.host import LocalHost, SnapshotHost, recorder
 from tests.support.cli import RunCli
-from tests.support.helpers import FIXTURES, make_tree
+from tests.support.helpers import make_tree
+from tests.support.paths import FIXTURES
 
 KMSG_FIXTURES = FIXTURES / "kmsg"
 DEFAULT = xid.Params()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.docs_blocks import Block, environment, failure, read_page, run_block, run_page, venv_bin
-from tests.support.helpers import FIXTURES
+from tests.support.paths import FIXTURES
 
 PAGES = FIXTURES / "docs"
 

@@ -28,7 +28,8 @@ from nodeagent.facts.gpu_report import GpuReport
 from nodeagent.host import LocalHost
 from tests.support import fake_nvml as fake
 from tests.support.gpu_samples import NVIDIA_PCI, healthy, report
-from tests.support.helpers import FIXTURES, make_tree
+from tests.support.helpers import make_tree
+from tests.support.paths import FIXTURES
 
 CORPUS = FIXTURES / "corpus"
 DEFAULT = gpu.Params()

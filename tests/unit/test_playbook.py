@@ -23,9 +23,8 @@ from nodeagent.gate.playbook import BenchSettings, Playbook, list_playbooks, loa
 from nodeagent.gate.thresholds import evaluate
 from nodeagent.host import SnapshotHost
 from tests.support.helpers import FIXTURE_TREES, SYSFS_FIXTURES, fixture_host
-from tests.support.paths import REPO
+from tests.support.paths import REPO, VM
 
-FIRECRACKER = REPO / "tests" / "data" / "firecracker-vm-2cpu.tar.gz"
 SHIPPED = ["base", "cpu-training", "gpu-training", "preflight", "tune-tf"]
 NUMA_BALANCING = "check.numa.kernel.numa_balancing./proc/sys/kernel/numa_balancing"
 MEMLOCK = "check.kernel.memlock./proc/self/limits soft"
@@ -149,13 +148,13 @@ def test_tune_tf_tuners_and_verify_settings() -> None:
 
 
 def test_fact_sections_are_the_facts_document() -> None:
-    doc = node.collect(SnapshotHost(FIRECRACKER))
+    doc = node.collect(SnapshotHost(VM))
     assert set(doc) - {"host", "source"} == set(schema.FACT_SECTIONS)
 
 
 @pytest.mark.parametrize("tree", ["firecracker", *FIXTURE_TREES])
 def test_key_kinds_agree_with_recorded_values(tree: str) -> None:
-    host = SnapshotHost(FIRECRACKER) if tree == "firecracker" else fixture_host(tree)
+    host = SnapshotHost(VM) if tree == "firecracker" else fixture_host(tree)
     values = fleet.host_values(node.collect(host), [])
     kinds = {"number": (int, float), "text": (str,), "boolean": (bool,)}
     judged = 0
@@ -173,7 +172,7 @@ def test_key_kinds_agree_with_recorded_values(tree: str) -> None:
 
 
 def test_firecracker_vm() -> None:
-    host = SnapshotHost(FIRECRACKER)
+    host = SnapshotHost(VM)
     pre = judged(host, "preflight")
     assert about(pre, "hugepages.thp_enabled").status is Status.OK
     assert about(pre, "hugepages.thp_defrag").status is Status.OK
@@ -197,7 +196,7 @@ def test_firecracker_vm() -> None:
 
 
 def test_thp_never_fails_the_thp_threshold(tmp_path: Path) -> None:
-    root = extracted(FIRECRACKER, tmp_path)
+    root = extracted(VM, tmp_path)
     (root / "sys/kernel/mm/transparent_hugepage/enabled").write_text("always madvise [never]\n")
     f = about(judged(SnapshotHost(root), "preflight"), "hugepages.thp_enabled")
     assert f.status is Status.WARN
@@ -313,7 +312,7 @@ def test_a_glob_threshold_in_a_user_playbook(tmp_path: Path) -> None:
     write(tmp_path, {"n.yml": "thresholds:\n  - {value: 'nics[*].mtu', min: 1500, why: jumbo}\n"})
     pb = load_playbook(str(tmp_path / "n.yml"))
     assert pb.checks == ()  # none chosen: the caller runs all
-    found = evaluate(pb.thresholds, node_values(SnapshotHost(FIRECRACKER), pb), "vm")
+    found = evaluate(pb.thresholds, node_values(SnapshotHost(VM), pb), "vm")
     # eth0 has MTU 1400 (a VM), ifb0/ifb1 1500, lo 65536.
     assert [(f.status, f.subject) for f in found] == [
         (Status.OK, "nics[*].mtu"),
