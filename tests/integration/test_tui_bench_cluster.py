@@ -15,9 +15,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, ProgressBar
 from textual_plotext import PlotextPlot
+from textual_plotext.plot import Plot
 
 from nodeagent.bench import ab, run, stats
 from nodeagent.bench import verify as verifying
@@ -206,7 +208,7 @@ def test_bench_progress_advances_then_verdict_table_and_chart_appear() -> None:
         plot = app.screen.query_one(PlotextPlot)
         assert plot.display
         chart = plain(plot.render())
-        for label in ("naive 509-551", "autotune 834-904", "tuned 858-930", "bound 1000"):
+        for label in ("naive", "autotune", "tuned", "bound", "509-551", "834-904", "858-930", "1000"):
             assert label in chart
 
     drive(app, steps)
@@ -330,9 +332,21 @@ def test_skipped_and_failed_configs_show_their_reasons_and_no_proof_of_a_gain() 
             line.split()[:3] == ["tuned", "skipped", "-"] for line in table.splitlines() if line.strip()
         )
         chart = plain(app.screen.query_one(PlotextPlot).render())
-        assert "naive 509-551" in chart and "tuned" not in chart  # only configs with a figure
+        assert "509-551" in chart and "tuned" not in chart  # only configs with a figure
 
     drive(app, steps, size=(120, 40))
+
+
+@pytest.mark.parametrize("columns", [50, 60, 76, 118])
+def test_every_bar_keeps_its_name_and_interval_on_a_narrow_chart(columns: int) -> None:
+    """plotext drops a tick label that would overlap its neighbour: all four must survive on a
+    chart as narrow as a split 80-column terminal gives."""
+    plot = Plot()
+    assert bench_report.draw_chart(plot, bench_result())
+    plot.plotsize(columns, 14)
+    chart = plain(Text.from_ansi(plot.build()))
+    for label in ("naive", "autotune", "tuned", "bound", "509-551", "834-904", "858-930", "1000"):
+        assert label in chart, f"{label!r} missing at {columns} columns:\n{chart}"
 
 
 def test_step_rate_follows_the_current_process() -> None:

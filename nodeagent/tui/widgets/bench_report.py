@@ -187,9 +187,13 @@ def _num(v: float | None) -> str:
 
 
 def draw_chart(plt: Plot, result: run.BenchResult) -> bool:
-    """Bars of the charted configs' medians with their 95% CI as error bars (and as lo-hi in the
-    labels, since an error bar can be under one character tall), and the bound as its own bar and a
-    horizontal line. False when no charted config has a figure."""
+    """Bars of the charted configs' medians with their 95% CI as error bars (and as lo-hi written
+    above each bar, since an error bar can be under one character tall), and the bound as its own
+    bar and a horizontal line. False when no charted config has a figure.
+
+    The ticks carry the names alone and the intervals are text over the bars: plotext drops a tick
+    label that would overlap its neighbour, and "name lo-hi" ticks of four bars overlap below about
+    78 columns (an 80-column terminal with a scrollbar)."""
     shown = [c for n in CHARTED if (c := result.configs.get(n)) is not None and c.summary is not None]
     plt.clear_figure()
     if not shown:
@@ -197,19 +201,23 @@ def draw_chart(plt: Plot, result: run.BenchResult) -> bool:
     xs = [float(x) for x in range(1, len(shown) + 1)]
     medians = [c.summary.median for c in shown if c.summary]
     cis = [c.summary.ci95 for c in shown if c.summary]
-    labels = [f"{c.name} {lo:.0f}-{hi:.0f}" for c, (lo, hi) in zip(shown, cis, strict=True)]
+    labels = [c.name for c in shown]
     plt.title("images/s: median, 95% CI; the bound")
     plt.bar(xs, medians, color="blue")
     # plotext draws an error bar of length `yerr` centred on y: centre it on the (asymmetric) interval.
     plt.error(xs, [(lo + hi) / 2 for lo, hi in cis], yerr=[hi - lo for lo, hi in cis], color="red")
-    top = max(hi for _, hi in cis)
     bound = result.bound.value
+    top = max([hi for _, hi in cis] + ([bound] if bound is not None else []))
+    # The text sits a tenth of the axis above what it labels, so that it stays clear of its bar's
+    # top row on a chart as short as a dozen rows.
+    for x, (lo, hi) in zip(xs, cis, strict=True):
+        plt.text(f"{lo:.0f}-{hi:.0f}", x, hi + top * 0.1, alignment="center")
     if bound is not None:
         xs.append(len(xs) + 1.0)
-        labels.append(f"bound {bound:.0f}")
+        labels.append("bound")
         plt.bar([xs[-1]], [bound], color="gray")
         plt.hline(bound, "gray")
-        top = max(top, bound)
+        plt.text(f"{bound:.0f}", xs[-1], bound + top * 0.1, alignment="center")
     plt.xticks(xs, labels)
-    plt.ylim(0, top * 1.1)
+    plt.ylim(0, top * 1.25)
     return True
