@@ -19,7 +19,8 @@ A host whose measured in- and out-links are all slow is named as the cause, not 
 cable slows one direction of one link, a bad host (NIC at a lower speed, a rate limit, a saturated
 CPU) slows every link it is on. In a ring one slow host makes 2 of the n links slow, half of them
 or more when n is 3 or 4: the links' median and MAD are then no longer the healthy links' own, so
-both rules also judge each host's best link against the other hosts' best links.
+both rules also judge each host's best link against the other hosts' best links. A host is named
+only for links flagged at one status: a failing link beside one merely warned about are two links.
 
 Apart from the measuring (nodeagent.cluster.bandwidth.measure) so that it is tested on hand-made links.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from nodeagent.cluster.bandwidth.plan import Params
 from nodeagent.cluster.bandwidth.report import Link, format_number, link_label
 from nodeagent.compare import fleet
-from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.core.finding import WORST_FIRST, Finding, Status, worst
 
 __all__ = ["CHECK_ID", "WHOLE_HOST", "attribute", "evaluate"]
 
@@ -237,11 +238,18 @@ def _metric_findings(links: Sequence[Link], metric: _Metric) -> list[Finding]:
     _beyond_limit(measured, metric, too_few, bad)
     if not bad:
         return []
-    culprits, rest = attribute(set(bad), [(link.src, link.dst) for link in measured.values()])
-    findings = [
-        _host_finding(host, role, labels, bad, medians, metric) for host, (role, labels) in culprits.items()
-    ]
-    findings += [_link_finding(measured[label], bad[label], medians.get(label), metric) for label in rest]
+    pairs = [(link.src, link.dst) for link in measured.values()]
+    findings: list[Finding] = []
+    # A host is blamed for links flagged at one status only: a FAIL link beside a link merely
+    # warned about (a busy CPU's iperf3 measures a healthy link 20% short) is two facts of two
+    # strengths, and one host finding would give the weak one the strong one's status.
+    for status in WORST_FIRST:
+        culprits, rest = attribute({label for label, b in bad.items() if b.status is status}, pairs)
+        findings += [
+            _host_finding(host, role, labels, bad, medians, metric)
+            for host, (role, labels) in culprits.items()
+        ]
+        findings += [_link_finding(measured[label], bad[label], medians.get(label), metric) for label in rest]
     return findings
 
 
