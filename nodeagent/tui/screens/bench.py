@@ -144,7 +144,6 @@ def hidden_table(table_id: str, columns: tuple[str, ...], cursor: CursorType) ->
 
 
 class BenchScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Bench screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("b", "start(True)", "Quick", tooltip="Run the quick benchmark (about a minute)"),
         Binding("B", "confirm_full", "Full", tooltip="Run the full benchmark (minutes; asks first)"),

@@ -54,7 +54,6 @@ def details(f: Finding) -> Table:
 
 
 class ChecksScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Checks screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f", "cycle_filter", "Status", tooltip="Filter by status"),
         Binding("a", "cycle_area", "Area", tooltip="Filter by area"),

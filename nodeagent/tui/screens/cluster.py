@@ -82,7 +82,6 @@ class HostScreen(Screen[None]):
 
 
 class ClusterScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Cluster screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "run", "Run", tooltip="Check every host of the inventory"),
         Binding("d", "toggle_drift", "Drift", tooltip="Show the drift and outliers across hosts"),

@@ -76,7 +76,6 @@ def _row(table: Table, *cells: Any) -> None:
 
 
 class OverviewScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Overview screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
     ]

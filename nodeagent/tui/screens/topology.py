@@ -253,7 +253,6 @@ class TopologyLoaded(Message):
 
 
 class TopologyScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Topology screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "reload", "Reload"),
     ]

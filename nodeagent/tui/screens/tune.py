@@ -278,7 +278,6 @@ class JournalPicker(ModalScreen[str | None]):
 
 
 class TuneScreen(NodeAgentScreen):
-    BINDING_GROUP_TITLE = "Tune screen"  # the help's heading for its keys (tui/keys.py)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_change", "Toggle"),
         Binding("a", "toggle_all_changes", "All", tooltip="Select all changes, or none"),
