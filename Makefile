@@ -143,6 +143,9 @@ dist-check: $(VENV)/.installed-test
 # (https://reproducible-builds.org/specs/source-date-epoch/). Rebuilt only when a source is newer
 # than the file (which carries the time its build started); one build at a time.
 pyz: PYZ_INDEX_DATE := 2026-11-25T00:00:00Z
+# pex's cache of downloads and built wheels, the user's own as pex's default root is, so that every
+# clone on the machine reuses it (pex writes it atomically; the file does not depend on it).
+PYZ_CACHE ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(if $(HOME),$(HOME)/.cache,build))/nodeagent/pyz-build
 pyz: PYZ_PLATFORMS := $(foreach m,x86_64 aarch64,$(foreach v,3.10.12 3.11.2 3.12.3 3.13.5 3.14.0,\
 	--platform manylinux2014_$(m)-cp-$(v)-cp$(subst .,,$(basename $(v)))))
 pyz:
@@ -163,15 +166,15 @@ pyz:
 	SOURCE_DATE_EPOCH=315532800 $$venv/bin/python -m build --outdir build/pyz-dist . \
 	  >build/pyz-tmp/wheel.log 2>&1 || { tail -30 build/pyz-tmp/wheel.log; exit 1; }; \
 	step "3/3 pex: the wheels of 10 interpreter-machine pairs from PyPI as of $(PYZ_INDEX_DATE)$$(\
-	  [ -d build/pyz-cache ] && echo ", build/pyz-cache reused" || echo " (an empty cache: about 2 min)")"; \
+	  [ -d $(PYZ_CACHE) ] && echo ", $(PYZ_CACHE) reused" || echo " (an empty cache: about 2 min)")"; \
 	( while sleep 20; do \
-	    echo "pyz:   pex still resolving ($$SECONDS s, $$(find build/pyz-cache -name '*.whl' 2>/dev/null | wc -l) wheels in build/pyz-cache)"; \
+	    echo "pyz:   pex still resolving ($$SECONDS s, $$(find $(PYZ_CACHE) -name '*.whl' 2>/dev/null | wc -l) wheels in $(PYZ_CACHE))"; \
 	  done ) & ticker=$$!; \
 	$$venv/bin/pex build/pyz-dist/nodeagent-*.whl $(PYZ_PLATFORMS) \
 	  --pip-version 26.2.1 --uploaded-prior-to $(PYZ_INDEX_DATE) \
 	  --console-script nodeagent --venv --python-shebang '/usr/bin/env python3' \
 	  --preamble-file build-aux/pyz_preamble.py --no-emit-warnings \
-	  --pex-root build/pyz-cache --tmpdir build/pyz-tmp -o $$pyz.part; made=$$?; \
+	  --pex-root $(PYZ_CACHE) --tmpdir build/pyz-tmp -o $$pyz.part; made=$$?; \
 	kill $$ticker 2>/dev/null; wait $$ticker 2>/dev/null; [ $$made = 0 ] || exit 1; \
 	mv $$pyz.part $$pyz && touch -r build/.pyz.started $$pyz; \
 	rm -rf build/pyz-tmp build/pyz-dist build/.pyz.started; \
