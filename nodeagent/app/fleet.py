@@ -74,7 +74,7 @@ class FleetRequest:
     slurm: str | None = None  # a partition or a nodelist: the nodes run nodeagent as a Slurm job step
     agent: str | None = None  # with `slurm`: nodeagent on the nodes (None: `nodeagent` on their PATH)
 
-    def source(self) -> SshSource | SlurmSource | None:
+    def source(self) -> FleetSource | None:
         """The source the options name (None: no fleet, this node)."""
         inv = self.inventory()
         if inv is not None:

@@ -78,21 +78,6 @@ def hook_env(environ: Mapping[str, str], folder: Path, every_s: float | None = N
 # -- the figures ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Stage:
-    """One stage of the job's input pipeline, as the hook read it from the pipeline's graph: its
-    kind, the TensorFlow op that makes it that kind, the dataset op that runs it (`where`), how it
-    runs, whether in parallel (None where that does not apply), and whether a stateful op keeps
-    tf.data from parallelising it. A prefetch stage with op "" is a missing prefetch."""
-
-    kind: str
-    op: str
-    where: str = ""
-    detail: str = ""
-    parallel: bool | None = None
-    stateful: bool = False
-
-
 @dataclass
 class JobFigures:
     """One job's figures, combined over its processes (`read`). steps_per_s is None when no
@@ -118,6 +103,7 @@ class JobFigures:
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
+        doc["stages"] = [stage.model_dump() for stage in self.stages]
         doc["advice"] = [a.to_dict() for a in advice(self)]
         return doc
 
@@ -129,8 +115,12 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Text = Annotated[StrictStr, Field(max_length=500)]
 
 
-class _Stage(BaseModel):
-    """One stage in a <pid>.json's "pipeline" (the hook's `classify`)."""
+class Stage(BaseModel):
+    """One stage of the job's input pipeline, as the hook read it from the pipeline's graph (its
+    `classify`, in a <pid>.json's "pipeline"): its kind, the TensorFlow op that makes it that kind,
+    the dataset op that runs it (`where`), how it runs, whether in parallel (None where that does
+    not apply), and whether a stateful op keeps tf.data from parallelising it. A prefetch stage
+    with op "" is a missing prefetch."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
     kind: StageKind
@@ -145,7 +135,7 @@ class _Pipeline(BaseModel):
     """A <pid>.json's "pipeline": the stages, or why there are none."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
-    stages: list[_Stage] = Field(default_factory=list, max_length=1000)
+    stages: list[Stage] = Field(default_factory=list, max_length=1000)
     options_off: list[Text] = Field(default_factory=list, max_length=20)
     unknown: Text | None = None
 
@@ -253,7 +243,7 @@ def _pipeline(processes: list[_Process]) -> tuple[list[Stage], list[str], str | 
     same one); else why none could."""
     for p in processes:
         if p.pipeline is not None and p.pipeline.unknown is None:
-            stages = [Stage(**s.model_dump()) for s in p.pipeline.stages]
+            stages = list(p.pipeline.stages)
             return stages, list(p.pipeline.options_off), None
     reasons = [p.pipeline.unknown for p in processes if p.pipeline is not None and p.pipeline.unknown]
     return [], [], "; ".join(dict.fromkeys(reasons)) if reasons else "not described"
@@ -274,7 +264,7 @@ class StageAdvice:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "stage": asdict(self.stage),
+            "stage": self.stage.model_dump(),
             "problem": self.problem,
             "tunable": self.tunable,
             "text": self.text,

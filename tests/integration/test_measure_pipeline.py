@@ -220,7 +220,14 @@ def test_the_summary_lists_the_stages_problems_first_when_input_bound() -> None:
 
 
 def test_a_stage_from_a_file_is_one_line_whatever_it_holds() -> None:
-    odd = measure.Stage("map", "Map\nDataset\x1b[31m", "MapDataset", "in a sequential map", False, False)
+    odd = measure.Stage(
+        kind="map",
+        op="Map\nDataset\x1b[31m",
+        where="MapDataset",
+        detail="in a sequential map",
+        parallel=False,
+        stateful=False,
+    )
     figures = _figures("sequential-map")
     figures.stages = [odd]
     lines = measure_text.lines(measure.MeasuredRun(0, 10.0, 5.0, 2, figures))
