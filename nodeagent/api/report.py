@@ -172,7 +172,7 @@ class CheckRun(_Open):
 
 
 class Verdict(_Open):
-    """A pre-flight's decision (nodeagent.gate.judge.Verdict)."""
+    """A pre-flight's decision, as nodeagent.gate.judge.verdict makes it."""
 
     allowed: StrictBool
     fail_on: Literal["warn", "fail"]

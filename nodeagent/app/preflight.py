@@ -10,8 +10,8 @@ from nodeagent.app import check
 from nodeagent.gate import judge
 
 if TYPE_CHECKING:
+    from nodeagent.api.report import Verdict
     from nodeagent.engine import Report
-    from nodeagent.gate.judge import Verdict
 
 # Exit code of a refused node whose worst status has no code of its own (WARN under --fail-on warn
 # uses WARN's 1): the others are the worst status's code, 2 FAIL and 3 UNKNOWN, as for `check`.
@@ -38,5 +38,5 @@ def run(request: check.CheckRequest, fail_on: str | None = None) -> GateRun:
     gated = replace(request, timeout_s=budget_s, budget_s=budget_s, only=(), skip=())
     ran = check.run(gated)
     v = judge.verdict(ran.report, fail_on or pb.fail_on)
-    ran.document["verdict"] = v.to_dict()
+    ran.document["verdict"] = v.model_dump()
     return GateRun(ran.report, v, ran.document)

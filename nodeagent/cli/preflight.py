@@ -102,7 +102,7 @@ def preflight(
         from nodeagent.render import table, text
         from nodeagent.render.sheet import show
 
-        verdict = Text(text.verdict_line(doc, v.to_dict()))
+        verdict = Text(text.verdict_line(doc, v))
         # Piped: the problems with their fixes, the counts and the verdict (-v: every finding).
         show([table.report_part(report, doc, every=verbose, durations=True, after=[verdict])])
     sys.exit(gated.exit_code)

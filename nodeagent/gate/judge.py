@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal
 
 from nodeagent import checks, engine
+from nodeagent.api.report import Verdict
 from nodeagent.compare.values import host_values
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Status
@@ -111,23 +112,15 @@ def judged(
     return out
 
 
-@dataclass(frozen=True)
-class Verdict:
-    allowed: bool
-    fail_on: str
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"allowed": self.allowed, "fail_on": self.fail_on, "reason": self.reason}
-
-
 def verdict(report: engine.Report, fail_on: str) -> Verdict:
+    """Allowed, or refused with the counts of the refusing statuses and the worst finding: the
+    document's own Verdict."""
     refusing = REFUSING[fail_on]
+    level: Literal["warn", "fail"] = "warn" if fail_on == "warn" else "fail"
     bad = [f for f in report.findings if f.status in refusing]
     if not bad:
-        return Verdict(
-            True, fail_on, f"no finding at {'/'.join(s.value for s in refusing)}: the node may run the job"
-        )
+        reason = f"no finding at {'/'.join(s.value for s in refusing)}: the node may run the job"
+        return Verdict(allowed=True, fail_on=level, reason=reason)
     cut = [r.check_id for r in report.results if r.timed_out]
     first = sorted(bad, key=lambda f: -f.status.rank)[0]
     counts = ", ".join(
@@ -138,7 +131,7 @@ def verdict(report: engine.Report, fail_on: str) -> Verdict:
     reason = f"{counts}; first: {first.check_id}: {first.summary}"
     if cut:
         reason += f"; cut at the time limit: {', '.join(cut)}"
-    return Verdict(False, fail_on, reason)
+    return Verdict(allowed=False, fail_on=level, reason=reason)
 
 
 def document(
@@ -153,5 +146,5 @@ def document(
         doc["budget_s"] = budget_s
     doc["timed_out"] = [r.check_id for r in report.results if r.timed_out]
     if v is not None:
-        doc["verdict"] = v.to_dict()
+        doc["verdict"] = v.model_dump()
     return doc

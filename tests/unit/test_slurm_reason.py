@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodeagent.api.report import Verdict
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
 from nodeagent.gate import judge
@@ -31,7 +32,7 @@ def finding(check_id: str, status: Status, subject: str, summary: str, **kw: Any
 
 
 def document(
-    *results: CheckResult, playbook: str | None = "preflight", verdict: judge.Verdict | None = None
+    *results: CheckResult, playbook: str | None = "preflight", verdict: Verdict | None = None
 ) -> dict[str, Any]:
     """A run's document as `--format json` prints it (and a reader loads it back)."""
     report = Report("gpu-07", list(results), 1.0, 0.5)
@@ -160,9 +161,9 @@ def test_a_node_that_may_run_the_job_has_no_reason() -> None:
     assert slurm_reason(document(ok)) == ""
     assert slurm_reason(document(ok, threads_warn())) == ""  # a WARN refuses only under --fail-on warn
     assert slurm_lines(document(ok, threads_warn())) == ""
-    allowed = judge.Verdict(True, "fail", "no finding at FAIL/UNKNOWN")
+    allowed = Verdict(allowed=True, fail_on="fail", reason="no finding at FAIL/UNKNOWN")
     assert slurm_reason(document(ok, threads_warn(), verdict=allowed)) == ""
-    refused_at_warn = judge.Verdict(False, "warn", "1 WARN")
+    refused_at_warn = Verdict(allowed=False, fail_on="warn", reason="1 WARN")
     reason = slurm_reason(document(ok, threads_warn(), verdict=refused_at_warn))
     assert reason == "nodeagent: threads/OMP_NUM_THREADS WARN: OMP_NUM_THREADS=64 oversubscribes 8 CPUs"
 
