@@ -13,12 +13,13 @@ Nothing here prints or keeps time: an event says what happened, the face when.
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodeagent.bench import ab, run, stats
+from nodeagent.bench import ab, run
 
 if TYPE_CHECKING:
     from nodeagent.bench.ab import Block
@@ -147,7 +148,7 @@ class BenchSteps:
                     0,
                     0,
                     event.fraction,
-                    stats.median(rates) if rates and not w.error else None,
+                    statistics.median(rates) if rates and not w.error else None,
                     len(rates),
                     w.error,
                     w.discarded,
@@ -231,7 +232,7 @@ class Trials:
 def _side_rate(block: Block, side: str) -> float | None:
     """The side's rate in the block: the median of its trials (the built-in workload runs many)."""
     rates = [t.rate for t in block.trials if t.side == side and t.rate is not None]
-    return stats.median(rates) if rates else None
+    return statistics.median(rates) if rates else None
 
 
 # -- fleets ---------------------------------------------------------------------------------------

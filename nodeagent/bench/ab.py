@@ -42,6 +42,7 @@ import os
 import queue
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import threading
@@ -622,7 +623,7 @@ class BuiltinWorkload:
                     rates[side] = trial.rate
                     worker_cpu += trial.cpu_s or 0.0
                 ratios.append(math.log(rates[B] / rates[A]))
-            out.value = stats.median(ratios)
+            out.value = statistics.median(ratios)
             out.disturbed = _disturbed(busy0, own0, worker_cpu, time.monotonic() - start)
         return out
 

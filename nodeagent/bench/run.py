@@ -26,6 +26,7 @@ import collections
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -565,7 +566,7 @@ def run_specs(
 
 def _median_of(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
-    return stats.median(known) if known else None
+    return statistics.median(known) if known else None
 
 
 def _number(doc: dict[str, Any], key: str) -> float | None:

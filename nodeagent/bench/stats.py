@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import statistics
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,15 +56,6 @@ SEED = 20130620  # any fixed number: results must be reproducible from the same 
 MIN_SAMPLES = 4  # 4 vs 4 perfectly separated: p = 2 / C(8,4) = 0.029 < 0.05 (rank test)
 
 Groups = Sequence[Sequence[float]]
-
-
-def median(values: Sequence[float]) -> float:
-    if not values:
-        raise ValueError("the median of no values")
-    s = sorted(values)
-    n = len(s)
-    mid = n // 2
-    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def _groups(samples: Groups) -> list[list[float]]:
@@ -102,7 +94,7 @@ def _boot_medians(groups: list[list[float]], resamples: int, seed: int) -> list[
         for gi in rng.choices(range(k), k=k) if k > 1 else [0]:
             g = canon[gi]
             pooled.extend(rng.choices(g, k=len(g)))
-        out.append(median(pooled))
+        out.append(statistics.median(pooled))
     return out
 
 
@@ -143,7 +135,7 @@ def summarize(samples: Groups, resamples: int = RESAMPLES, seed: int = SEED, lev
     """Median and bootstrap CI of grouped throughputs ([[repeats of process 1], [...], ...])."""
     groups = _groups(samples)
     flat = [v for g in groups for v in g]
-    mid = median(flat)
+    mid = statistics.median(flat)
     if len(flat) == 1:
         return Summary(mid, (mid, mid), 1, 1)
     ci = _bounds(sorted(_boot_medians(groups, resamples, seed)), level)

@@ -4,9 +4,10 @@ changes, and the history table (the pairs as they end are nodeagent.render.progr
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
-from nodeagent.bench import ab, paired, stats
+from nodeagent.bench import ab, paired
 from nodeagent.bench.verify import ChangeVerdict, StepwiseResult
 from nodeagent.render.sheet import Abridged, Column, Sheet, sheet
 from nodeagent.tuning.history import Record
@@ -26,7 +27,7 @@ def ratio_text(v: float | None) -> str:
 def side_rate(block: ab.Block, side: str) -> float | None:
     """The side's rate in the block: the median of its trials (the built-in workload runs many)."""
     rates = [t.rate for t in block.trials if t.side == side and t.rate is not None]
-    return stats.median(rates) if rates else None
+    return statistics.median(rates) if rates else None
 
 
 def block_ratio(block: ab.Block) -> float | None:

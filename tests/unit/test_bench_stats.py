@@ -1,17 +1,18 @@
-"""The benchmark's statistics (nodeagent/bench/stats.py): medians, bootstrap intervals and verdicts,
+"""The benchmark's statistics (nodeagent/bench/stats.py): bootstrap intervals and verdicts,
 on synthetic numbers (no TensorFlow, no clock)."""
 
 from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodeagent.bench import stats
-from nodeagent.bench.stats import FASTER, SAME, SLOWER, compare, median, summarize
+from nodeagent.bench.stats import FASTER, SAME, SLOWER, compare, summarize
 
 # Throughputs as the benchmark sees them: positive, finite, within a few orders of magnitude.
 value = st.floats(min_value=1.0, max_value=1e5, allow_nan=False, allow_infinity=False)
@@ -23,17 +24,6 @@ FAST = 300  # resamples in property tests: the properties hold for any count
 def noisy(center: float, n: int, spread: float, seed: int) -> list[float]:
     rng = random.Random(seed)
     return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
-
-
-# -- the median ---------------------------------------------------------------------------------
-
-
-def test_median_odd_even_and_order() -> None:
-    assert median([3.0, 1.0, 2.0]) == 2.0
-    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
-    assert median([7.0]) == 7.0
-    with pytest.raises(ValueError):
-        median([])
 
 
 @pytest.mark.parametrize("bad", [[0.0, 1.0], [-1.0], [math.nan], [math.inf], []])
@@ -53,7 +43,7 @@ def test_ci_contains_the_median_and_lies_within_the_data(samples: list[list[floa
     lo, hi = s.ci95
     assert lo <= s.median <= hi
     assert min(flat) <= lo and hi <= max(flat)  # a median of resampled values never leaves the data
-    assert s.median == median(flat)
+    assert s.median == statistics.median(flat)
     assert s.n == len(flat) and s.groups == len(samples)
     assert s.half_width_pct >= 0
 
