@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from nodeagent.api.check import Check
     from nodeagent.engine import CheckResult, FactsResult, Report
     from nodeagent.gate.baseline import Baseline
-    from nodeagent.gate.node_run import NodeRun, agent_check_argv
     from nodeagent.gate.playbook import Playbook
     from nodeagent.host import Host
 

@@ -16,7 +16,7 @@ from nodeagent.tuning import history as recorded
 if TYPE_CHECKING:
     from nodeagent.bench.ab import Block, TrialFn
     from nodeagent.bench.paired import Estimate
-    from nodeagent.bench.verify import Job, ProfileVerdict
+    from nodeagent.bench.verify import ProfileVerdict
     from nodeagent.tuning.history import Record
 
 BlockFn = Callable[["Block", "Estimate | None"], None]

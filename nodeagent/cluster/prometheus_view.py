@@ -42,9 +42,7 @@ from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status, worst
 
 if TYPE_CHECKING:
-    from nodeagent.cluster.prometheus import Client, Sample, Target
-    from nodeagent.cluster.report import FleetReport
-    from nodeagent.cluster.runner import HostOutcome
+    from nodeagent.cluster.prometheus import Sample, Target
     from nodeagent.compare.values import Value
 
 # Three times the interval of the shipped DaemonSet (k8s-daemonset.yaml, 300 s): a node is stale

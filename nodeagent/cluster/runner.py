@@ -57,7 +57,7 @@ from nodeagent.host.archive import MemoryTree
 
 if TYPE_CHECKING:
     from nodeagent.api.check import Check
-    from nodeagent.cluster.inventory.load import HostSpec, Inventory
+    from nodeagent.cluster.inventory.load import Inventory
     from nodeagent.cluster.shell import Shell
     from nodeagent.compare.values import Value
     from nodeagent.gate.baseline import Baseline

@@ -30,14 +30,10 @@ import shlex
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from nodeagent.facts import gpu_report
 from nodeagent.facts.gpu_report import SMI_COMMAND, SMI_SOURCE, GpuHealth, GpuReport, NvLink
 from nodeagent.host import CmdResult, Host
-
-if TYPE_CHECKING:
-    import xml.etree.ElementTree as ET
 
 COMMAND = SMI_COMMAND  # ("nvidia-smi", "-q", "-x"), declared in facts.gpu_report
 NVLINK_STATUS = ("nvidia-smi", "nvlink", "-s")
