@@ -7,7 +7,8 @@
 
 The models describe the documents that nodeagent.core.finding.Finding, nodeagent.engine.Report,
 nodeagent.gate.judge.document, nodeagent.cluster.runner.HostOutcome and
-nodeagent.cluster.report.FleetReport produce; they do not produce them.
+nodeagent.cluster.report.FleetReport produce. Verdict, Drift and Outlier are made as these models
+(by nodeagent.gate.judge and nodeagent.compare.fleet).
 
 Every object is open: `schema` is bumped on an incompatible change only, fields may be added
 without a bump, so a reader must ignore the fields it does not know (and keeps them: `report merge`
@@ -306,8 +307,9 @@ class FleetSummary(_Open):
 
 
 class Drift(_Open):
-    """Hosts whose value of `key` differs from the majority's (nodeagent.compare.fleet.Drift).
-    `majority_hosts` 0: no value has a strict majority, and `hosts` lists every host."""
+    """Hosts whose value of `key` differs from the majority's (nodeagent.compare.fleet finds them).
+    `majority_hosts` 0: no value has a strict majority, and `hosts` lists every host (a host
+    without the key shows as null)."""
 
     key: str
     majority: Scalar
@@ -316,7 +318,7 @@ class Drift(_Open):
 
 
 class Outlier(_Open):
-    """A host whose number is far from the fleet's median (nodeagent.compare.fleet.Outlier)."""
+    """A host whose number is far from the fleet's median, in MADs (nodeagent.compare.fleet)."""
 
     key: str
     host: str

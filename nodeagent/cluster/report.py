@@ -78,8 +78,8 @@ class FleetReport:
             "status": self.status.value,
             "summary": self.summary(),
             "hosts": {name: o.to_dict() for name, o in self.outcomes.items()},
-            "drift": [d.to_dict() for d in self.comparison.drift],
-            "outliers": [o.to_dict() for o in self.comparison.outliers],
+            "drift": [d.model_dump() for d in self.comparison.drift],
+            "outliers": [o.model_dump() for o in self.comparison.outliers],
         }
         if self.extra:
             doc |= self.extra

@@ -28,15 +28,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from nodeagent.api.report import Drift, Outlier
 from nodeagent.compare import hardware
 from nodeagent.compare.values import FLEET_CHECK_ID, HOST_PLACEHOLDER, Value, host_values, parse_number
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 
-__all__ = ["FLEET_CHECK_ID", "HOST_PLACEHOLDER", "Value", "host_values", "parse_number"]
+__all__ = ["FLEET_CHECK_ID", "HOST_PLACEHOLDER", "Drift", "Outlier", "Value", "host_values", "parse_number"]
 
 # Iglewicz & Hoaglin (1993): |modified z| > 3.5 marks a potential outlier (NIST e-Handbook 1.3.5.17).
 THRESHOLD = 3.5
@@ -47,52 +48,12 @@ HOSTS_SHOWN = 3  # host names listed per value before "+N more"
 
 
 @dataclass(frozen=True)
-class Drift:
-    """Hosts whose value of `key` differs from the majority's. `majority_hosts` 0 means no value has
-    a strict majority; `hosts` then lists every host. A missing key shows as None."""
-
-    key: str
-    majority: Value
-    majority_hosts: int
-    hosts: dict[str, Value]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "majority": self.majority,
-            "majority_hosts": self.majority_hosts,
-            "hosts": dict(self.hosts),
-        }
-
-
-@dataclass(frozen=True)
-class Outlier:
-    """One host whose number is far from the fleet's median, in MADs (see the module docstring)."""
-
-    key: str
-    host: str
-    value: float
-    median: float
-    mad: float  # median absolute deviation, unscaled
-    score: float  # modified z-score 0.6745 * (value - median) / mad
-    direction: str  # "high" | "low"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class FleetComparison:
+    """The comparison of `hosts` hosts: its drift and outliers are the fleet document's own."""
+
     hosts: int
     drift: list[Drift]
     outliers: list[Outlier]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "hosts": self.hosts,
-            "drift": [d.to_dict() for d in self.drift],
-            "outliers": [o.to_dict() for o in self.outliers],
-        }
 
 
 def compare(
@@ -145,7 +106,17 @@ def outliers_in(
         x = finite[host]
         score = MAD_TO_Z * (x - med) / mad
         if abs(score) > threshold:
-            out.append(Outlier(key, host, x, med, mad, score, "high" if score > 0 else "low"))
+            out.append(
+                Outlier(
+                    key=key,
+                    host=host,
+                    value=x,
+                    median=med,
+                    mad=mad,
+                    score=score,
+                    direction="high" if score > 0 else "low",
+                )
+            )
     return out
 
 
@@ -186,8 +157,8 @@ def _drift(key: str, column: Mapping[str, Value]) -> Drift | None:
     if 2 * len(largest) > len(column):
         agree = set(largest)
         differ = {h: v for h, v in column.items() if h not in agree}
-        return Drift(key, column[largest[0]], len(largest), differ)
-    return Drift(key, None, 0, dict(column))
+        return Drift(key=key, majority=column[largest[0]], majority_hosts=len(largest), hosts=differ)
+    return Drift(key=key, majority=None, majority_hosts=0, hosts=dict(column))
 
 
 def below_majority(cmp: FleetComparison, status: Status = Status.FAIL) -> dict[str, list[Finding]]:

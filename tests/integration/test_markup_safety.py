@@ -89,11 +89,20 @@ def test_report_table_shows_every_field_literally(terminal: bool) -> None:
 def test_fleet_tables_show_names_keys_and_values_literally() -> None:
     cmp = FleetComparison(
         hosts=3,
-        drift=[Drift(f"key {BOLD}", f"v {CLOSE}", 2, {HOST: f"odd {LINK} {CONTROLS}"})],
-        outliers=[Outlier(f"k {CLOSE}", HOST, 1.0, 5.0, 1.0, -9.0, f"low {BOLD}")],
+        drift=[
+            Drift(
+                key=f"key {BOLD}",
+                majority=f"v {CLOSE}",
+                majority_hosts=2,
+                hosts={HOST: f"odd {LINK} {CONTROLS}"},
+            )
+        ],
+        outliers=[
+            Outlier(key=f"k {CLOSE}", host=HOST, value=1.0, median=5.0, mad=1.0, score=-9.0, direction="low")
+        ],
     )
     out = render(render_table(cmp), True)
-    assert_safe(out, [f"key {BOLD}", f"v {CLOSE}", HOST, f"k {CLOSE}", f"low {BOLD}"])
+    assert_safe(out, [f"key {BOLD}", f"v {CLOSE}", HOST, f"k {CLOSE}"])
 
 
 @pytest.fixture(scope="module")

@@ -317,8 +317,25 @@ def fleet_report(on_done: Callable[[HostOutcome], None], delay_s: float) -> Flee
         outcomes[name] = outcome
     comparison = FleetComparison(
         7,
-        [Drift("kernel.release", "5.15.0-91-generic", 6, {"node03": "5.15.0-88-generic"})],
-        [Outlier("topology.memory_total_mib", "node07", 250000.0, 1031000.0, 1000.0, -526.6, "low")],
+        [
+            Drift(
+                key="kernel.release",
+                majority="5.15.0-91-generic",
+                majority_hosts=6,
+                hosts={"node03": "5.15.0-88-generic"},
+            )
+        ],
+        [
+            Outlier(
+                key="topology.memory_total_mib",
+                host="node07",
+                value=250000.0,
+                median=1031000.0,
+                mad=1000.0,
+                score=-526.6,
+                direction="low",
+            )
+        ],
     )
     return FleetReport(outcomes, comparison, 1.0)
 

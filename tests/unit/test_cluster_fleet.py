@@ -21,7 +21,6 @@ from nodeagent.checks import all_checks
 from nodeagent.compare.fleet import (
     THRESHOLD,
     Drift,
-    FleetComparison,
     Outlier,
     Value,
     abbreviate,
@@ -200,10 +199,10 @@ def test_a_fleet_split_in_halves_lists_every_host(recorded: Recorded) -> None:
     cmp = compare(fleet(recorded, edits))
     assert cmp.drift == [
         Drift(
-            "hugepages.thp_enabled",
-            None,
-            0,
-            {h: "always" if i < 3 else "madvise" for i, h in enumerate(HOSTS)},
+            key="hugepages.thp_enabled",
+            majority=None,
+            majority_hosts=0,
+            hosts={h: "always" if i < 3 else "madvise" for i, h in enumerate(HOSTS)},
         )
     ]
     # Four against two is a majority: only the two are named.
@@ -304,7 +303,7 @@ def test_mad_zero_is_drift_not_an_outlier() -> None:
     assert outliers_in(samples, "gpus") == []
     cmp = compare({h: {"gpus": int(x)} for h, x in samples.items()})
     assert cmp.outliers == []
-    assert cmp.drift == [Drift("gpus", 8, 5, {ODD: 0})]
+    assert cmp.drift == [Drift(key="gpus", majority=8, majority_hosts=5, hosts={ODD: 0})]
 
 
 def test_non_finite_and_non_numeric_values_are_not_measured() -> None:
@@ -589,20 +588,20 @@ def test_abbreviate() -> None:
     assert abbreviate([f"h{i:02d}" for i in range(15)]) == "h00, h01, h02 +12 more"
 
 
-def test_to_dict_is_json(recorded: Recorded) -> None:
+def test_the_comparison_dumps_as_json_the_document_reads_back(recorded: Recorded) -> None:
     values = fleet(recorded, {ODD: _odd_node})
     values["node05"] = copy.deepcopy(values["node05"]) | {"memory.total_mib": 51702}
-    doc = compare(values).to_dict()
-    again = json.loads(json.dumps(doc))
-    assert again["hosts"] == 6
+    cmp = compare(values)
+    again = json.loads(json.dumps({"drift": [d.model_dump() for d in cmp.drift], "outliers": []}))
+    assert [Drift.model_validate(d) for d in again["drift"]] == cmp.drift
+    assert cmp.hosts == 6
     assert {
         "key": "nics[eth0].speed_mbps",
         "majority": 1000,
         "majority_hosts": 5,
         "hosts": {ODD: 100},
     } in again["drift"]
-    assert again["outliers"] == []  # MAD 0: five of six have 517020
-    assert FleetComparison(2, [], []).to_dict() == {"hosts": 2, "drift": [], "outliers": []}
+    assert cmp.outliers == []  # MAD 0: five of six have 517020
 
 
 def test_a_host_short_of_the_fleets_hardware_is_flagged_at_the_playbooks_level() -> None:

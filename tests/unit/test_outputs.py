@@ -172,8 +172,18 @@ def fleet_doc(vm: Mapping[str, Any]) -> dict[str, Any]:
     outcomes["n3"] = HostOutcome("n3", "10.0.0.3", error=HostError(UNREACHABLE, "no answer from 10.0.0.3:22"))
     comparison = FleetComparison(
         2,
-        [Drift("kernel.release", "6.1.0", 1, {"n2": "5.15.0"})],
-        [Outlier("memory_total_mib", "n2", 1000.0, 2000.0, 10.0, -67.4, "low")],
+        [Drift(key="kernel.release", majority="6.1.0", majority_hosts=1, hosts={"n2": "5.15.0"})],
+        [
+            Outlier(
+                key="memory_total_mib",
+                host="n2",
+                value=1000.0,
+                median=2000.0,
+                mad=10.0,
+                score=-67.4,
+                direction="low",
+            )
+        ],
     )
     return as_printed(FleetReport(outcomes, comparison, 2.0).to_dict())
 
