@@ -232,7 +232,7 @@ def classify(exc: BaseException, spec: HostSpec, keys: HostKeys) -> HostError:
     import paramiko
 
     # paramiko's: loaded with the first connection
-    from nodeagent.cluster.ssh_policies import UnknownHostKey
+    from nodeagent.cluster.ssh_policies import HostKeyNotRecorded, UnknownHostKey
 
     where = f"{spec.address}:{spec.port or 22}"
     known = ", ".join(str(p) for p in keys.files[:-1])
@@ -244,6 +244,10 @@ def classify(exc: BaseException, spec: HostSpec, keys: HostKeys) -> HostError:
             f"{exc.host} is not in known_hosts ({known}); check its {exc.key.get_name()} key "
             f"fingerprint and add it (ssh-keyscan {shlex.quote(spec.address)} >> known_hosts), "
             "or pass --accept-new-host-keys",
+        )
+    if isinstance(exc, HostKeyNotRecorded):
+        return HostError(
+            HOST_KEY, f"{exc}; fix the file, or add the key yourself and drop --accept-new-host-keys"
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return HostError(

@@ -5,10 +5,12 @@ in known_hosts, and a faster MAC comparison. paramiko loads here, with the first
 from __future__ import annotations
 
 import hmac
-import threading
 from pathlib import Path
 
 import paramiko
+
+from nodeagent.core import safe_write
+from nodeagent.core.errors import UsageError
 
 # paramiko compares each received packet's MAC in a Python loop over its bytes
 # (paramiko.util.constant_time_bytes_eq, called as util.constant_time_bytes_eq by paramiko.packet):
@@ -29,19 +31,24 @@ class RejectUnknown(paramiko.MissingHostKeyPolicy):
         raise UnknownHostKey(hostname, key)
 
 
+class HostKeyNotRecorded(paramiko.SSHException):
+    """A new host key that could not be added to known_hosts: the host is not trusted unrecorded."""
+
+
 class AcceptNew(paramiko.MissingHostKeyPolicy):
     """Record a host's first key in `path` (a changed key still fails: paramiko raises
-    BadHostKeyException before any policy is asked)."""
-
-    _lock = threading.Lock()  # hosts connect in parallel; appends to one file must not interleave
+    BadHostKeyException before any policy is asked). The file is written by the safe writer: a
+    link or anything else than a regular file is refused, and the host with it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        with self._lock:
+        line = f"{hostname} {key.get_name()} {key.get_base64()}"
+        try:
+            # ~/.ssh as ssh makes it: private to its user.
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with self.path.open("a") as f:
-                f.write(line)
+            safe_write.append_line(self.path, line)
+        except (OSError, UsageError) as e:
+            raise HostKeyNotRecorded(f"{hostname}'s new {key.get_name()} key was not recorded: {e}") from None
+        client.get_host_keys().add(hostname, key.get_name(), key)

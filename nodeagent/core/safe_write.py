@@ -1,5 +1,6 @@
 """Writing a file at a path the user named: `--output FORMAT:PATH`, `baseline save PATH`,
-`snapshot -o PATH`, `report merge --output`.
+`snapshot -o PATH`, `report merge --output`; and adding a line to one (`append_line`: a host key
+to known_hosts, which other programs append to as well).
 
 PATH is a regular file, replaced whole, or a new one. Anything else found there is refused, never
 followed or replaced: a symbolic link (even to a regular file: as root, `junit:/dev/stdout` used to
@@ -28,7 +29,7 @@ from typing import BinaryIO
 from nodeagent.core.atomic import write_atomic
 from nodeagent.core.errors import UsageError
 
-__all__ = ["check_target", "write_file"]
+__all__ = ["append_line", "check_target", "write_file"]
 
 Data = bytes | Callable[[BinaryIO], object]
 
@@ -92,6 +93,44 @@ def write_file(
         _check_replaced(target, folder, ours)
     finally:
         os.close(folder)
+
+
+def append_line(path: Path, line: str, where: str | None = None, *, mode: int = 0o600) -> None:
+    """`line` added at the end of the regular file at `path`, or of a new one with `mode`; refused
+    as write_file refuses (a link, a device, a FIFO, a folder). One write(2) with O_APPEND, so lines
+    that other processes append at the same moment (ssh adding its own host keys) are kept whole
+    and none is lost, which replacing the file could not promise."""
+    target = _Target(path, where, None)
+    data = line.encode() if line.endswith("\n") else f"{line}\n".encode()
+    folder = _open_folder(target)
+    try:
+        # O_NOFOLLOW: a link is refused, not followed; O_NONBLOCK: a FIFO cannot hold the open.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path.name, flags, mode, dir_fd=folder)
+        except OSError:
+            _regular_or_absent(target, folder)  # refuses what is there, in words
+            raise
+    except OSError as e:
+        raise UsageError(target.say(f"cannot write it ({e.strerror or e})")) from None
+    finally:
+        os.close(folder)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise target.refuse(_not_a_file(target, st))
+        _write_all(fd, data, target)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes, target: _Target) -> None:
+    try:
+        written = os.write(fd, data)
+        while written < len(data):  # a regular file takes it whole but on a full disk or a signal
+            written += os.write(fd, data[written:])
+    except OSError as e:
+        raise UsageError(target.say(f"cannot write it ({e.strerror or e})")) from None
 
 
 def check_target(path: Path, where: str | None = None, *, stdout_hint: str | None = None) -> None:

@@ -1,7 +1,8 @@
 """Host keys: each known_hosts file is parsed once per run, and every connection gets the keys of its
 own host as paramiko would have read them from the files (the first file wins per key type; a port
 other than 22 is looked up as "[host]:port"). The sshd-backed tests in test_cluster.py prove the
-refusals (unknown, changed) end to end."""
+refusals (unknown, changed) end to end. --accept-new-host-keys adds a new host's key to the file
+by the safe writer: a line at the end, or nothing and the host refused."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from fabric import Config, Connection
 
 from nodeagent.cluster import ssh, ssh_policies
+from nodeagent.cluster.inventory.schema import HostSpec
 
 
 def line(name: str, key: paramiko.PKey) -> str:
@@ -73,3 +75,38 @@ def test_a_file_is_parsed_once_for_the_whole_fleet(
         assert conn.client.get_host_keys().lookup(f"10.9.1.{i}") is not None
     assert loads == [str(known_hosts)]
     assert isinstance(conn.client._policy, ssh_policies.AcceptNew)
+
+
+def test_a_new_key_is_added_at_the_end_of_known_hosts(tmp_path: Path, keys: dict[str, paramiko.PKey]) -> None:
+    known_hosts = tmp_path / "ssh" / "known_hosts"
+    policy = ssh_policies.AcceptNew(known_hosts)
+    client = paramiko.SSHClient()
+    policy.missing_host_key(client, "10.9.2.1", keys["p256"])
+    assert (known_hosts.parent.stat().st_mode & 0o777, known_hosts.stat().st_mode & 0o777) == (0o700, 0o600)
+    with known_hosts.open("a") as other:  # ssh adding its own line meanwhile
+        other.write(line("10.9.2.9", keys["p384"]))
+    policy.missing_host_key(client, "[10.9.2.2]:2222", keys["p256-other"])
+    assert known_hosts.read_text() == (
+        line("10.9.2.1", keys["p256"])
+        + line("10.9.2.9", keys["p384"])
+        + line("[10.9.2.2]:2222", keys["p256-other"])
+    )
+    assert client.get_host_keys().lookup("10.9.2.1") is not None
+
+
+def test_a_linked_known_hosts_is_not_followed_and_the_host_is_refused(
+    tmp_path: Path, keys: dict[str, paramiko.PKey]
+) -> None:
+    real = tmp_path / "managed_known_hosts"
+    real.write_text(line("10.9.3.1", keys["p384"]))
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.symlink_to(real)
+    client = paramiko.SSHClient()
+    with pytest.raises(ssh_policies.HostKeyNotRecorded) as e:
+        ssh_policies.AcceptNew(known_hosts).missing_host_key(client, "10.9.3.2", keys["p256"])
+    assert real.read_text() == line("10.9.3.1", keys["p384"])
+    assert client.get_host_keys().lookup("10.9.3.2") is None  # not trusted unrecorded
+    error = ssh.classify(e.value, HostSpec(name="n2", address="10.9.3.2"), ssh.HostKeys((known_hosts,)))
+    assert error.kind == ssh.HOST_KEY
+    assert f"{known_hosts}: is a symbolic link (to {real})" in error.message
+    assert "\n" not in error.message

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from nodeagent.cli.main import main
+from nodeagent.core import safe_write
 from nodeagent.core.errors import UsageError
 from nodeagent.gate import baseline
 from nodeagent.host import recorder
@@ -167,6 +168,7 @@ def test_a_character_device_is_refused(run_cli: RunCli, command: tuple[Args, int
 WRITERS: dict[str, Callable[[Path], None]] = {
     "baseline.save": lambda p: baseline.save({"vm": {"memory.total_mib": 2048}}, p, "test"),
     "recorder.write": lambda p: recorder.write(recorder.Recording(), p, {"hostname": "vm"}),
+    "safe_write.append_line": lambda p: safe_write.append_line(p, "10.9.0.1 ssh-ed25519 AAAA"),
 }
 
 
