@@ -16,6 +16,7 @@ from nodeagent.app.fleet_sources import (
     SLURM_MINUTES,
     FleetCheck,
     FleetRun,
+    NodeOption,
     OnDone,
     PrometheusSource,
     SlurmSource,
@@ -58,6 +59,11 @@ class FleetSource(Protocol):
     def source_lines(self, report: FleetReport) -> list[str]:
         """Where `report` came from, in lines shown under its tables (none when the hosts table
         says it all)."""
+        ...
+
+    def refuses(self, option: NodeOption) -> str | None:
+        """Why this source's hosts cannot take a one-node option (`--root`, `--hostname`), after
+        the option's name in the user's error; None when they can."""
         ...
 
 
@@ -150,6 +156,7 @@ __all__ = [
     "FleetRequest",
     "FleetRun",
     "FleetSource",
+    "NodeOption",
     "OnDone",
     "PrometheusSource",
     "SlurmSource",

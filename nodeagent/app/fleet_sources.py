@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from nodeagent.core.errors import UsageError
 
@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # paramiko loads only when a fleet really runs: `nodeagent ch
     from nodeagent.core.finding import Status
 
 OnDone = Callable[["HostOutcome"], None]
+# The options that name the one node a command reads: a recorded tree, and its name.
+NodeOption = Literal["root", "hostname"]
+ONE_NODE = {"root": "reads one node", "hostname": "names the one node read here"}
 
 # The Slurm job's time limit (minutes) per command, capped at the partition's MaxTime: a check
 # takes seconds (each check is cut at --timeout); tune --verify and bench run trials for minutes.
@@ -127,6 +130,11 @@ class SshSource:
     def source_lines(self, report: FleetReport) -> list[str]:
         return []  # the hosts table names every host and how it was reached
 
+    def refuses(self, option: NodeOption) -> str | None:
+        if option == "root":
+            return f"{ONE_NODE[option]}; it cannot be used with --cluster or --hosts"
+        return f"{ONE_NODE[option]}; with --cluster or --hosts the inventory names each host"
+
     def run(
         self,
         job: Job,
@@ -213,6 +221,11 @@ class SlurmSource:
             f"nodes; {not_run} not run (drained, reserved, busy ...), {without} without a result"
         ]
 
+    def refuses(self, option: NodeOption) -> str | None:
+        if option == "root":
+            return None  # a path on each node, which the node's nodeagent reads
+        return f"{ONE_NODE[option]}; with --slurm each node is named by its Slurm node name"
+
     def _run(self, argv: Sequence[str], shape: Shape, on_done: OnDone | None, compare: bool) -> FleetReport:
         from nodeagent.cluster import slurm
         from nodeagent.cluster.report import FleetReport
@@ -275,11 +288,15 @@ class PrometheusSource:
         notes = [f"note: {n}" for n in (report.extra or {}).get("notes", [])]
         return ["", f"from Prometheus {source.get('url', '?')}{selector} at {when}: {seen}", *notes]
 
+    def refuses(self, option: NodeOption) -> str | None:
+        return f"{ONE_NODE[option]}; Prometheus holds the runs of its nodes as they named themselves"
+
 
 __all__ = [
     "SLURM_MINUTES",
     "FleetCheck",
     "FleetRun",
+    "NodeOption",
     "OnDone",
     "PrometheusSource",
     "SlurmSource",

@@ -15,6 +15,7 @@ from nodeagent.render import outputs as output_files
 
 if TYPE_CHECKING:
     from nodeagent.app.fleet import FleetRequest, FleetSource
+    from nodeagent.app.fleet_sources import NodeOption
     from nodeagent.cluster.report import FleetReport
     from nodeagent.gate.baseline import Baseline
     from nodeagent.gate.playbook import Playbook
@@ -153,20 +154,19 @@ def fleet_source(
     fleet: FleetRequest, root: str | None = None, hostname: str | None = None
 ) -> FleetSource | None:
     """Where the hosts of cluster_options come from (--cluster, --hosts, --slurm), or None: this
-    node. Slurm's nodes are asked of Slurm only when the run starts."""
+    node; refused with --root or --hostname where its hosts cannot take them. Slurm's nodes are
+    asked of Slurm only when the run starts."""
     source = fleet.source()
-    if fleet.slurm and hostname is not None:
-        raise UsageError(
-            f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --slurm each node is "
-            "named by its Slurm node name"
-        )
-    if source is not None and not fleet.slurm and root is not None:
-        raise UsageError(f"--root ({ROOT_ENV}) reads one node; it cannot be used with --cluster or --hosts")
-    if source is not None and not fleet.slurm and hostname is not None:
-        raise UsageError(
-            f"--hostname ({HOSTNAME_ENV}) names the one node read here; with --cluster or --hosts "
-            "the inventory names each host"
-        )
+    if source is None:
+        return None
+    given: tuple[tuple[NodeOption, str | None, str], ...] = (
+        ("root", root, ROOT_ENV),
+        ("hostname", hostname, HOSTNAME_ENV),
+    )
+    for option, value, env in given:
+        why = source.refuses(option) if value is not None else None
+        if why is not None:
+            raise UsageError(f"--{option} ({env}) {why}")
     return source
 
 

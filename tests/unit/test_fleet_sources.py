@@ -77,6 +77,34 @@ def test_each_source_refuses_what_it_cannot_do_before_anything_starts(source: st
     assert refused in str(e.value) and "\n" not in str(e.value)
 
 
+# What each source's hosts say of a one-node option: None, they take it (Slurm's nodes read --root
+# there); else the words after the option's name in the error.
+ONE_NODE_OPTIONS: dict[tuple[str, fleets.NodeOption], str | None] = {
+    ("ssh", "root"): "reads one node; it cannot be used with --cluster or --hosts",
+    (
+        "ssh",
+        "hostname",
+    ): "names the one node read here; with --cluster or --hosts the inventory names each host",
+    ("slurm", "root"): None,
+    (
+        "slurm",
+        "hostname",
+    ): "names the one node read here; with --slurm each node is named by its Slurm node name",
+    ("prometheus", "root"): "reads one node; Prometheus holds the runs of its nodes as they named themselves",
+    (
+        "prometheus",
+        "hostname",
+    ): "names the one node read here; Prometheus holds the runs of its nodes as they named themselves",
+}
+
+
+@pytest.mark.parametrize(("source", "option"), ONE_NODE_OPTIONS)
+def test_each_source_says_whether_its_hosts_take_a_one_node_option(
+    source: str, option: fleets.NodeOption
+) -> None:
+    assert SOURCES[source].refuses(option) == ONE_NODE_OPTIONS[(source, option)]
+
+
 def test_the_request_names_one_source(tmp_path: Path) -> None:
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"hosts": [{"name": "a", "connection": "local"}, "b"]}))
