@@ -50,6 +50,7 @@ from pydantic import (
     WithJsonSchema,
     field_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, SkipJsonSchema, models_json_schema
 from pydantic_core import ErrorDetails, core_schema
 
@@ -87,6 +88,7 @@ __all__ = [
     "is_fleet",
     "json_schema",
     "json_schema_text",
+    "link_label",
     "parse_document",
     "parse_saved_report",
     "validate",
@@ -329,15 +331,29 @@ class Outlier(_Open):
     direction: Literal["high", "low"]
 
 
-class BandwidthLink(_Open):
+def link_label(src: str, dst: str) -> str:
+    """How a link is named in findings and tables."""
+    return f"{src} -> {dst}"
+
+
+# A dataclass, not a model: the bandwidth measurement makes one per direction as it measures
+# (nodeagent.cluster.bandwidth), positionally; it is open like every object of the document.
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="allow"))
+class BandwidthLink:
     """One measured direction between two hosts; a value is null when it was not measured."""
 
     src: str
     dst: str
-    tool: str
+    tool: Annotated[str, Field(description='"iperf3" or "ib_write_bw".')]
     gbits_per_s: StrictFloat | None
-    latency_ms: StrictFloat | None
-    error: str | None = None
+    latency_ms: Annotated[
+        StrictFloat | None, Field(description="The average ping round trip from src to dst.")
+    ]
+    error: Annotated[str | None, Field(description="One line when (part of) the measurement failed.")] = None
+
+    @property
+    def label(self) -> str:
+        return link_label(self.src, self.dst)
 
 
 class Bandwidth(_Open):

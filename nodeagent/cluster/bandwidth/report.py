@@ -1,5 +1,6 @@
-"""The results of a bandwidth measurement: each measured direction (Link), and the report of links
-and findings of `nodeagent check --cluster --bandwidth` (its table is nodeagent.render.bandwidth).
+"""The results of a bandwidth measurement: each measured direction (Link: the fleet document's
+BandwidthLink), and the report of links and findings of `nodeagent check --cluster --bandwidth`
+(its table is nodeagent.render.bandwidth).
 
 Apart from the measuring and the evaluation because both produce these and the CLI only reads them.
 """
@@ -10,32 +11,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nodeagent.api.report import BandwidthLink as Link
+from nodeagent.api.report import link_label
 from nodeagent.core.finding import Finding, Status, worst
 
 __all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
-
-
-@dataclass(frozen=True)
-class Link:
-    """One measured direction SRC -> DST (host names); a value is None when it was not measured."""
-
-    src: str
-    dst: str
-    tool: str  # bandwidth_tools.IPERF3 | IB_WRITE_BW
-    gbits_per_s: float | None
-    latency_ms: float | None  # ping rtt average from src to dst
-    error: str | None = None  # one line when (part of) the measurement failed
-
-    @property
-    def label(self) -> str:
-        return link_label(self.src, self.dst)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def link_label(src: str, dst: str) -> str:
-    return f"{src} -> {dst}"
 
 
 @dataclass
@@ -49,7 +29,7 @@ class BandwidthReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "bandwidth": {
-                "links": [link.to_dict() for link in self.links],
+                "links": [asdict(link) for link in self.links],
                 "findings": [f.to_dict() for f in self.findings],
             }
         }
