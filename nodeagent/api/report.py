@@ -7,8 +7,8 @@
 
 The models describe the documents that nodeagent.core.finding.Finding, nodeagent.engine.Report,
 nodeagent.gate.judge.document, nodeagent.cluster.runner.HostOutcome and
-nodeagent.cluster.report.FleetReport produce. Verdict, Drift and Outlier are made as these models
-(by nodeagent.gate.judge and nodeagent.compare.fleet).
+nodeagent.cluster.report.FleetReport produce. Verdict, Drift, Outlier, HostError and BandwidthLink
+are made as these types, by nodeagent.gate.judge, nodeagent.compare.fleet and nodeagent.cluster.
 
 Every object is open: `schema` is bumped on an incompatible change only, fields may be added
 without a bump, so a reader must ignore the fields it does not know (and keeps them: `report merge`
@@ -266,11 +266,25 @@ class HostResult(RunResult):
     report_file: Omitted[str] = Field(None, description="The file `report merge` read it from.")
 
 
-class HostError(_Open):
-    """Why a host gave no result (nodeagent.cluster.ssh.HostError)."""
+# An exception too: a fleet's transports (nodeagent.cluster) raise it where a host fails, and the
+# report carries it as it was raised. A dataclass, open like every object of the document.
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="allow"))
+class HostError(Exception):
+    """Why a host gave no result: its kind (nodeagent.cluster.ssh names them) and one line saying
+    what to do."""
 
-    kind: str = Field(description='"unreachable", "auth failed", "timeout", "unreadable report", ...')
+    kind: Annotated[
+        str, Field(description='"unreachable", "auth failed", "timeout", "unreadable report", ...')
+    ]
     message: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+    def __reduce__(self) -> tuple[type[HostError], tuple[str, str]]:
+        # Pickled from a fleet's worker process: rebuilt from its fields (an exception's default
+        # pickling sets attributes one by one, which a frozen dataclass refuses).
+        return (HostError, (self.kind, self.message))
 
 
 class HostFailure(_Open):

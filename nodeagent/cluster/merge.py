@@ -39,10 +39,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nodeagent.api.report import SCHEMA_VERSION, DocumentError, SavedReport, parse_saved_report
+from nodeagent.api.report import SCHEMA_VERSION, DocumentError, HostError, SavedReport, parse_saved_report
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.cluster.ssh import HostError
 from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.core.jsondoc import line_at

@@ -39,14 +39,13 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from nodeagent.api.check import declared_commands, declared_paths
-from nodeagent.api.report import DocumentError, HostResult, validate
+from nodeagent.api.report import DocumentError, HostError, HostResult, validate
 from nodeagent.cluster import DEFAULT_PARALLEL, pull, shell, ssh
 from nodeagent.cluster.inventory.load import HostSpec
-from nodeagent.cluster.ssh import HostError
 from nodeagent.compare import fleet
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
@@ -119,7 +118,7 @@ class HostOutcome:
     def to_dict(self) -> dict[str, Any]:
         base: dict[str, Any] = {"address": self.address, "duration_s": round(self.duration_s, 3)}
         if self.error is not None:
-            return base | {"status": "FAIL", "error": self.error.to_dict()}
+            return base | {"status": "FAIL", "error": asdict(self.error)}
         return base | (self.doc or {})
 
 

@@ -34,8 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nodeagent.api.report import HostError
 from nodeagent.cluster import ssh
-from nodeagent.cluster.ssh import HostError, Output
+from nodeagent.cluster.ssh import Output
 
 __all__ = ["SHELL", "STOP_GRACE_S", "LocalShell", "Shell", "stop"]
 

@@ -61,11 +61,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from nodeagent.api.report import DocumentError, HostResult, validate
+from nodeagent.api.report import DocumentError, HostError, HostResult, validate
 from nodeagent.cluster import DEFAULT_PARALLEL
 from nodeagent.cluster.inventory.hostlist import expand_hostlist
 from nodeagent.cluster.runner import EXIT_STATUS, HostOutcome
-from nodeagent.cluster.ssh import MISSING, REMOTE, TIMEOUT, UNREACHABLE, HostError
+from nodeagent.cluster.ssh import MISSING, REMOTE, TIMEOUT, UNREACHABLE
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nodeagent.api.report import HostError
 from nodeagent.core import limits
 from nodeagent.core.limits import MiB
 
@@ -44,25 +45,6 @@ CONTROLLER = "controller error"  # this side failed to finish the host (a worker
 
 USER_KNOWN_HOSTS = "~/.ssh/known_hosts"
 SYSTEM_KNOWN_HOSTS = "/etc/ssh/ssh_known_hosts"
-
-
-@dataclass(frozen=True)
-class HostError(Exception):
-    """Why one host gave no result: `kind` (above) and a one-line message saying what to do."""
-
-    kind: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message}
-
-    def __reduce__(self) -> tuple[type[HostError], tuple[str, str]]:
-        # Pickled from a worker process to the runner: rebuilt from its fields (an exception's
-        # default pickling sets attributes one by one, which a frozen dataclass refuses).
-        return (HostError, (self.kind, self.message))
 
 
 @dataclass(frozen=True)

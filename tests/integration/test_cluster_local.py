@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeagent.api.report import HostError
 from nodeagent.cluster import shell, ssh
 from nodeagent.cluster.inventory.load import HostSpec, Inventory, load_inventory
 from nodeagent.cluster.runner import HostOutcome, run_fleet
@@ -398,7 +399,7 @@ def test_the_local_shell_caps_output_as_over_ssh(
     monkeypatch: pytest.MonkeyPatch, command: str, stream: str, variable: str
 ) -> None:
     monkeypatch.setenv(variable, "1")
-    with pytest.raises(ssh.HostError) as caught:
+    with pytest.raises(HostError) as caught:
         LocalShell("local1").run(command, 60)
     assert caught.value.kind == ssh.REMOTE
     assert caught.value.message == ssh.too_much(stream, variable, 1 << 20).message
@@ -415,7 +416,7 @@ def test_a_closed_local_shell_stops_its_command_and_refuses_more(tmp_path: Path)
     def run() -> None:
         try:
             result.append(local.run(f"touch {started}; exec sleep 300", 120))
-        except ssh.HostError as e:
+        except HostError as e:
             result.append(e)
 
     thread = threading.Thread(target=run)
@@ -427,7 +428,7 @@ def test_a_closed_local_shell_stops_its_command_and_refuses_more(tmp_path: Path)
     thread.join(30)
     assert not thread.is_alive()
     assert result[0].exited == -signal.SIGTERM  # sleep ended by the SIGTERM
-    with pytest.raises(ssh.HostError) as caught:
+    with pytest.raises(HostError) as caught:
         local.run("true", 10)
     assert caught.value.kind == ssh.CONTROLLER
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from nodeagent import checks
+from nodeagent.api.report import HostError
 from nodeagent.cluster import pull, ssh
 from nodeagent.cluster.inventory.load import HostSpec, load_inventory
 from nodeagent.cluster.report import FleetReport
@@ -138,12 +139,12 @@ def test_a_worker_that_stops_answering_is_stopped_and_named() -> None:
 def test_host_errors_cross_the_pipe_from_the_workers() -> None:
     def share(items: Sequence[str]) -> Iterator[tuple[int, HostOutcome]]:
         for i, name in enumerate(items):
-            yield i, HostOutcome(name, name, error=ssh.HostError(ssh.AUTH, f"{name} refused"))
+            yield i, HostOutcome(name, name, error=HostError(ssh.AUTH, f"{name} refused"))
 
     got = dict(pool.in_processes(["a", "b"], share, 2, quiet_s=30))
     outcome = got["a"]
     assert isinstance(outcome, HostOutcome)
-    assert outcome.error == ssh.HostError(ssh.AUTH, "a refused")
+    assert outcome.error == HostError(ssh.AUTH, "a refused")
 
 
 @pytest.mark.parametrize("compiled", [True, False])

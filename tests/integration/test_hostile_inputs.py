@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeagent.api.report import HostError
 from nodeagent.cluster import pull
 from nodeagent.cluster.inventory.load import load_inventory
 from nodeagent.core import limits
@@ -382,7 +383,7 @@ def test_a_node_that_never_stops_writing_is_cut_at_the_cap(stream: str, variable
 
     chan = _EndlessChannel(stream)
     conn = SimpleNamespace(client=SimpleNamespace(get_transport=lambda: _Transport(chan)))
-    with pytest.raises(ssh.HostError) as e:
+    with pytest.raises(HostError) as e:
         ssh.run(conn, "yes", timeout=30, max_stdout=1 << 20, max_stderr=1 << 20)
     assert e.value.message.startswith(f"{stream} output larger than 1 MiB (limit {variable})")
     assert chan.closed

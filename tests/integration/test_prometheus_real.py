@@ -119,9 +119,10 @@ def test_promtool_finds_nothing_to_lint_in_the_file(
 def test_promtool_lints_every_family_clean(tmp_path: Path) -> None:
     """A pre-flight with a benchmark and a fleet with an unreachable host: every family of
     nodeagent.render.prometheus, through the real linter."""
+    from nodeagent.api.report import HostError
     from nodeagent.cluster.report import FleetReport
     from nodeagent.cluster.runner import HostOutcome
-    from nodeagent.cluster.ssh import UNREACHABLE, HostError
+    from nodeagent.cluster.ssh import UNREACHABLE
     from nodeagent.compare.fleet import FleetComparison
     from nodeagent.render import jsonout
     from nodeagent.render.prometheus import prometheus

@@ -19,6 +19,7 @@ from typing import Any
 
 from nodeagent import checks as check_registry
 from nodeagent.api.check import Check
+from nodeagent.api.report import HostError
 from nodeagent.api.tune import Change, Plan, Scope, Write
 from nodeagent.bench import ab, run, stats
 from nodeagent.bench import verify as verifying
@@ -26,7 +27,7 @@ from nodeagent.bench.paired import Estimate
 from nodeagent.bench.run import QUICK, BenchResult, ConfigResult, Progress
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.cluster.ssh import UNREACHABLE
 from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status

@@ -27,9 +27,10 @@ from markdown_it import MarkdownIt
 from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent import checks, engine
+from nodeagent.api.report import HostError
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
-from nodeagent.cluster.ssh import UNREACHABLE, HostError
+from nodeagent.cluster.ssh import UNREACHABLE
 from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from nodeagent.api.report import FleetDocument, HostResult, validate
+from nodeagent.api.report import FleetDocument, HostError, HostResult, validate
 from nodeagent.cluster import slurm
-from nodeagent.cluster.ssh import MISSING, REMOTE, UNREACHABLE, HostError
+from nodeagent.cluster.ssh import MISSING, REMOTE, UNREACHABLE
 from nodeagent.core.errors import UsageError
 from nodeagent.core.limits import MiB
 from tests.support import slurm_replay

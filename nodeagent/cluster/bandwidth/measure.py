@@ -41,6 +41,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from nodeagent.api.report import HostError
 from nodeagent.cluster import ssh
 from nodeagent.cluster.bandwidth.evaluate import evaluate
 from nodeagent.cluster.bandwidth.plan import Params, plan_links, schedule
@@ -57,7 +58,6 @@ from nodeagent.cluster.bandwidth.tools import (
     ping_argv,
 )
 from nodeagent.cluster.inventory.hostnames import is_host
-from nodeagent.cluster.ssh import HostError
 from nodeagent.core import pool
 from nodeagent.core.errors import UsageError
 
