@@ -154,6 +154,10 @@ dist-check: $(VENV)/.installed-test
 # (https://reproducible-builds.org/specs/source-date-epoch/). Rebuilt only when a source is newer
 # than the file (which carries the time its build started); one build at a time.
 pyz: PYZ_INDEX_DATE := 2026-11-25T00:00:00Z
+# The wheel is built from a copy of what it is made of: a build in the tree writes
+# nodeagent.egg-info and build/lib there, as `pip install -e .` (beside which `make test` builds the
+# pyz) and `make deb` do at the same time.
+PYZ_WHEEL_SOURCES := pyproject.toml README.md LICENSE nodeagent checks tuners playbooks
 # pex's cache of downloads and built wheels, the user's own as pex's default root is, so that every
 # clone on the machine reuses it (pex writes it atomically; the file does not depend on it).
 PYZ_CACHE ?= $(if $(XDG_CACHE_HOME),$(XDG_CACHE_HOME),$(if $(HOME),$(HOME)/.cache,build))/nodeagent/pyz-build
@@ -174,7 +178,8 @@ pyz:
 	else step "1/3 the build tools: $$venv reused"; fi; \
 	touch build/.pyz.started && rm -rf build/pyz-dist build/pyz-tmp && mkdir build/pyz-tmp; \
 	step "2/3 the wheel (python -m build, log build/pyz-tmp/wheel.log)"; \
-	SOURCE_DATE_EPOCH=315532800 $$venv/bin/python -m build --outdir build/pyz-dist . \
+	mkdir build/pyz-tmp/src && tar -cf - --exclude=__pycache__ $(PYZ_WHEEL_SOURCES) | tar -xf - -C build/pyz-tmp/src && \
+	SOURCE_DATE_EPOCH=315532800 $$venv/bin/python -m build --outdir "$$PWD/build/pyz-dist" build/pyz-tmp/src \
 	  >build/pyz-tmp/wheel.log 2>&1 || { tail -30 build/pyz-tmp/wheel.log; exit 1; }; \
 	step "3/3 pex: the wheels of 10 interpreter-machine pairs from PyPI as of $(PYZ_INDEX_DATE)$$(\
 	  [ -d $(PYZ_CACHE) ] && echo ", $(PYZ_CACHE) reused" || echo " (an empty cache: about 2 min)")"; \
