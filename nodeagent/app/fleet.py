@@ -89,11 +89,21 @@ class FleetRequest:
             return SlurmSource(self.slurm, self.agent or "nodeagent", self.workers)
         return None
 
+    def source_options(self) -> dict[str, str | None]:
+        """Each option that names a fleet source, as the user writes it, and its value: one at most
+        may be given."""
+        return {
+            "--cluster FILE": self.cluster,
+            "--hosts EXPR": self.hostlist,
+            "--slurm PARTITION|NODELIST": self.slurm,
+        }
+
     def inventory(self) -> Inventory | None:
         """The inventory of `cluster` or `hostlist` (None when neither was given: no fleet, or
         Slurm's nodes)."""
-        if sum(1 for given in (self.cluster, self.hostlist, self.slurm) if given) > 1:
-            raise UsageError("give one of --cluster FILE, --hosts EXPR and --slurm PARTITION|NODELIST")
+        if sum(1 for value in self.source_options().values() if value) > 1:
+            *others, last = self.source_options()
+            raise UsageError(f"give one of {', '.join(others)} and {last}")
         if self.agent is not None and not self.slurm:
             raise UsageError(
                 "--agent names nodeagent on Slurm's nodes: use it with --slurm (over SSH, `nodeagent:` "

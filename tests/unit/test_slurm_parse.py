@@ -527,7 +527,7 @@ def test_the_table_says_what_slurm_ran(fake_slurm: Path, run_cli: RunCli) -> Non
     [
         (
             ["check", "--slurm", "test", "--hosts", "n1"],
-            "give one of --cluster FILE, --hosts EXPR and --slurm",
+            "give one of --cluster FILE, --hosts EXPR",
         ),
         (
             ["check", "--agent", "/x/nodeagent"],
