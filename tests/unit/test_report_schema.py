@@ -9,8 +9,10 @@ stops with one line naming the field; `report merge` turns a broken file into th
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -261,3 +263,17 @@ def test_merge_names_a_start_time_it_cannot_read_by_its_line(tmp_path: Path) -> 
     assert error.message == (
         f'{tmp_path / "n1.json"}:{line}: started: must be a number or an ISO 8601 time (got "yesterday")'
     )
+
+
+def test_a_hosts_error_is_raised_pickled_and_reported_as_one_object() -> None:
+    """The transports raise report.HostError; a fleet's worker process sends it back pickled; the
+    fleet document holds its two fields, which read back as the same error."""
+    with pytest.raises(report.HostError) as caught:
+        raise report.HostError("timeout", "the command did not finish within 45s")
+    error = caught.value
+    assert str(error) == "timeout: the command did not finish within 45s"
+    assert pickle.loads(pickle.dumps(error)) == error
+    dumped = dataclasses.asdict(error)
+    assert dumped == {"kind": "timeout", "message": "the command did not finish within 45s"}
+    entry = {"status": "FAIL", "address": "10.0.0.1", "duration_s": 45.0, "error": dumped}
+    assert report.HostFailure.model_validate(entry).error == error
