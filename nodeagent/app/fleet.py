@@ -101,8 +101,9 @@ class FleetRequest:
     def inventory(self) -> Inventory | None:
         """The inventory of `cluster` or `hostlist` (None when neither was given: no fleet, or
         Slurm's nodes)."""
-        if sum(1 for value in self.source_options().values() if value) > 1:
-            *others, last = self.source_options()
+        options = self.source_options()
+        if sum(1 for value in options.values() if value) > 1:
+            *others, last = options
             raise UsageError(f"give one of {', '.join(others)} and {last}")
         if self.agent is not None and not self.slurm:
             raise UsageError(
