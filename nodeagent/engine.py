@@ -14,7 +14,7 @@ from typing import Any
 
 from nodeagent.api.check import Check
 from nodeagent.core import pool
-from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.core.finding import Finding, Status, documents, worst
 from nodeagent.facts import node
 from nodeagent.host import Host
 
@@ -70,7 +70,7 @@ class Report:
                 }
                 for r in self.results
             ],
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": documents(self.findings),
         }
 
 

@@ -5,10 +5,11 @@
 - FleetDocument: a fleet's, what `check --cluster|--hosts` and `report merge` give: each host's run
   or the error that kept it out, and the fleet comparison (drift, outliers).
 
-The models describe the documents that nodeagent.core.finding.Finding, nodeagent.engine.Report,
-nodeagent.gate.judge.document, nodeagent.cluster.runner.HostOutcome and
-nodeagent.cluster.report.FleetReport produce. Verdict, Drift, Outlier, HostError and BandwidthLink
-are made as these types, by nodeagent.gate.judge, nodeagent.compare.fleet and nodeagent.cluster.
+The models describe the documents that nodeagent.engine.Report, nodeagent.gate.judge.document,
+nodeagent.cluster.runner.HostOutcome and nodeagent.cluster.report.FleetReport produce. Finding
+(nodeagent.core.finding's: what every check makes), Verdict, Drift, Outlier, HostError and
+BandwidthLink are made as these types, by the checks, nodeagent.gate.judge, nodeagent.compare.fleet
+and nodeagent.cluster.
 
 Every object is open: `schema` is bumped on an incompatible change only, fields may be added
 without a bump, so a reader must ignore the fields it does not know (and keeps them: `report merge`
@@ -56,7 +57,7 @@ from pydantic_core import ErrorDetails, core_schema
 
 from nodeagent.api.schema import SCHEMA_VERSION
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status
+from nodeagent.core.finding import Finding, Status
 from nodeagent.core.yamldoc import Loc, format_loc
 
 __all__ = [
@@ -146,22 +147,6 @@ class _Open(BaseModel):
 
 
 # -- one node's run -------------------------------------------------------------------------------
-
-
-class Finding(_Open):
-    """One observation of one check on one host (nodeagent.core.finding.Finding)."""
-
-    check_id: str = Field(min_length=1, description="The check that made it.")
-    host: str
-    status: Status
-    subject: str = Field(description='What the finding is about: a device, an interface, "cpu".')
-    summary: str
-    evidence: dict[str, str] = Field(
-        description="Where a value was read (a path or a command) -> the value seen there."
-    )
-    expected: str
-    remediation: str
-    fix: str | None = Field(description="The tuner that addresses it, if any.")
 
 
 class CheckRun(_Open):
@@ -477,6 +462,7 @@ _WANTED = {
     "dict_type": "must be an object",
     "model_type": "must be an object",
     "model_attributes_type": "must be an object",
+    "dataclass_type": "must be an object",
 }
 
 

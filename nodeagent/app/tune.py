@@ -17,7 +17,7 @@ from nodeagent.app.bench import need_tensorflow
 from nodeagent.bench import verify as judged
 from nodeagent.bench.verify import stepwise_story
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import worst
+from nodeagent.core.finding import documents, worst
 from nodeagent.host import open_host
 from nodeagent.tuning import apply, journal, persist, story
 from nodeagent.tuning.state import lock
@@ -130,7 +130,7 @@ class TuneRun:
         if self.applied is not None:
             doc["journal"] = self.applied.journal.id if self.applied.journal else None
             doc["profile"] = str(self.applied.profile_path) if self.applied.profile_path else None
-            doc["verify"] = [f.to_dict() for f in self.applied.findings]
+            doc["verify"] = documents(self.applied.findings)
         if self.checked is not None:
             doc["verify"] = self.checked.to_dict()
         if self.persisting is not None:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from nodeagent.bench import ab, measure, paired, run, stats
 from nodeagent.core import interrupt
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status
+from nodeagent.core.finding import Status, documents
 from nodeagent.tuning import apply, history, journal, launcher, prepared, profile, toggle
 from nodeagent.tuning.state import StateDiskError, write_atomic
 from nodeagent.tuning.story import restored
@@ -440,8 +440,8 @@ class ChangeVerdict:
             "settings": self.settings,
             "runtime": self.runtime,
             "trials": None if self.result is None else self.result.to_dict(),
-            "read_back": [] if self.applied is None else [f.to_dict() for f in self.applied.findings],
-            "revert": [f.to_dict() for f in self.reverted],
+            "read_back": [] if self.applied is None else documents(self.applied.findings),
+            "revert": documents(self.reverted),
         }
 
 

@@ -567,12 +567,13 @@ def revert(journal_id: str | None, revert_all: bool, list_only: bool, fmt: str) 
             show([listings.journals_sheet(journals)])
         return
     from nodeagent.app import tune as tuning
+    from nodeagent.core.finding import documents
 
     reverted = tuning.revert(journal_id, revert_all)
     story = revert_story(reverted.done, reverted.left)
     if fmt == "json":
         done = [
-            {"journal": j.id, "state_before": before, "findings": [f.to_dict() for f in found]}
+            {"journal": j.id, "state_before": before, "findings": documents(found)}
             for j, before, found in reverted.done
         ]
         click.echo(jsonout.dumps({"reverted": done, "left": reverted.left, "story": story}))

@@ -39,7 +39,7 @@ from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.compare import fleet
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.core.finding import Finding, Status, documents, worst
 
 if TYPE_CHECKING:
     from nodeagent.cluster.prometheus import Sample, Target
@@ -371,7 +371,7 @@ def _unknown(host: str, seen: str, context: dict[str, Any], finding: Finding) ->
         "seen": seen,
         **context,
         "checks": [],
-        "findings": [finding.to_dict()],
+        "findings": documents([finding]),
     }
     return Judged(HostOutcome(host, context["target"]["instance"], doc), seen, None)
 
@@ -399,7 +399,7 @@ def _fresh(host: str, run: NodeRun, context: dict[str, Any]) -> Judged:
     if run.playbook:
         doc["playbook"] = run.playbook
     context = {k: v for k, v in context.items() if k != "last_status"}  # it is "status" here
-    doc |= {"started": run.started, **context, "checks": checks, "findings": [f.to_dict() for f in findings]}
+    doc |= {"started": run.started, **context, "checks": checks, "findings": documents(findings)}
     doc["timed_out"] = sorted(run.timed_out)
     outcome = HostOutcome(host, context["target"]["instance"], doc, duration_s=run.duration_s or 0.0)
     return Judged(outcome, FRESH, _values(run, checks))

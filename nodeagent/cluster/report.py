@@ -17,7 +17,7 @@ from typing import Any
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.compare import fleet
 from nodeagent.compare.values import Value
-from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.core.finding import Finding, Status, documents, worst
 
 
 def host_status(outcome: HostOutcome) -> Status:
@@ -99,6 +99,6 @@ def _with(outcome: HostOutcome, found: list[Finding]) -> HostOutcome:
     if not found or outcome.doc is None:
         return outcome
     doc = dict(outcome.doc)
-    doc["findings"] = [*doc.get("findings", []), *(f.to_dict() for f in found)]
+    doc["findings"] = [*doc.get("findings", []), *documents(found)]
     doc["status"] = worst([host_status(outcome), *(f.status for f in found)]).value
     return dataclasses.replace(outcome, doc=doc)

@@ -68,7 +68,7 @@ from nodeagent.cluster.runner import EXIT_STATUS, HostOutcome
 from nodeagent.cluster.ssh import MISSING, REMOTE, TIMEOUT, UNREACHABLE
 from nodeagent.core import limits, pool
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 
 # sysexits.h EX_UNAVAILABLE: Slurm itself did not serve the request (controller unreachable, the
 # nodes not allocated in time); 64 stays for what the user typed.
@@ -314,7 +314,7 @@ def not_run_doc(node: SlurmNode, why: str) -> dict[str, Any]:
         "status": Status.UNKNOWN.value,
         "duration_s": 0.0,
         "checks": [],
-        "findings": [not_run_finding(node, why).to_dict()],
+        "findings": documents([not_run_finding(node, why)]),
         "slurm": {"ran": False, "state": node.state_text, "reason": node.reason},
     }
 

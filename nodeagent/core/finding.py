@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, TypeAdapter
+from pydantic.dataclasses import dataclass
 
 
 class Status(enum.Enum):
@@ -43,37 +45,41 @@ def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=lambda s: s.rank, default=Status.SKIPPED)
 
 
-@dataclass(frozen=True)
+# Open, like every object of a report (nodeagent.api.report): a reader keeps to the fields it knows.
+# The fields are declared in the order a report writes them; `host` and `subject` are keyword
+# arguments, so that a check writes `Finding(id, status, summary, evidence, ...)`.
+@dataclass(frozen=True, config=ConfigDict(extra="allow"))
 class Finding:
-    """One observation of one check on one host.
+    """One observation of one check on one host, as the check makes it and a report holds it.
 
     `evidence` maps where a value was read (a path or a command) to the value seen there.
     `subject` names what the finding is about (a device, an interface, "cpu") so findings of one
     check can be told apart and compared across hosts. `fix` names the tuner that addresses it.
     """
 
-    check_id: str
+    check_id: Annotated[str, Field(min_length=1, description="The check that made it.")]
+    host: str = Field(default="", kw_only=True)
     status: Status
+    subject: str = Field(
+        default="", kw_only=True, description='What the finding is about: a device, an interface, "cpu".'
+    )
     summary: str
-    evidence: Mapping[str, str] = field(default_factory=dict)
+    evidence: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="Where a value was read (a path or a command) -> the value seen there.",
+    )
     expected: str = ""
     remediation: str = ""
-    subject: str = ""
-    fix: str | None = None
-    host: str = ""
+    fix: str | None = Field(default=None, description="The tuner that addresses it, if any.")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "check_id": self.check_id,
-            "host": self.host,
-            "status": self.status.value,
-            "subject": self.subject,
-            "summary": self.summary,
-            "evidence": dict(self.evidence),
-            "expected": self.expected,
-            "remediation": self.remediation,
-            "fix": self.fix,
-        }
+
+_FINDINGS = TypeAdapter(list[Finding])
+
+
+def documents(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """The findings as a report holds them: every field, in order, a status as its word."""
+    dumped: list[dict[str, Any]] = _FINDINGS.dump_python(list(findings), mode="json")
+    return dumped
 
 
 NOT_RECORDED = "not recorded"

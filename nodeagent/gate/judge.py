@@ -20,7 +20,7 @@ from nodeagent import checks, engine
 from nodeagent.api.report import Verdict
 from nodeagent.compare.values import host_values
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status
+from nodeagent.core.finding import Status, documents
 from nodeagent.facts import node
 from nodeagent.gate import baseline as baselines
 from nodeagent.gate import fold
@@ -63,7 +63,7 @@ def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
     """The node's comparable values: its facts and its findings, flattened (compare.values.host_values).
     No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
     needed it has run it already, and its findings carry what it saw."""
-    return host_values(node.collect(host, commands=False), [f.to_dict() for f in report.findings])
+    return host_values(node.collect(host, commands=False), documents(report.findings))
 
 
 def lost_hardware(pb: Playbook | None) -> Status:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodeagent import engine
 from nodeagent.compare.values import host_values
+from nodeagent.core.finding import documents
 from nodeagent.gate import judge
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ class NodeRun:
 
     def _judged(self, report: engine.Report) -> list[engine.CheckResult]:
         if self.facts is not None:
-            values = host_values(self.facts, [f.to_dict() for f in report.findings])
+            values = host_values(self.facts, documents(report.findings))
         else:
             values = judge.values_of(self.host, report)
         return judge.judged(report.results, values, self.playbook, self.baseline, self.host.name)

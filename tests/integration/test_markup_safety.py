@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.engine import CheckResult, Report
 from nodeagent.render import markdown, table
 from nodeagent.render.fleet import render_table
@@ -187,7 +187,7 @@ def test_markdown_table_cells_escape_pipes() -> None:
         "started": 1_700_000_000.0,
         "duration_s": 0.1,
         "checks": [{"id": "a|b", "title": f"t|{CLOSE}", "status": "WARN", "duration_s": 0.1}],
-        "findings": [hostile_finding().to_dict()],
+        "findings": documents([hostile_finding()]),
     }
     text = markdown.markdown(doc)
     table_rows = [line for line in text.splitlines() if line.startswith("| ")]

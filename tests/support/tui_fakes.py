@@ -30,7 +30,7 @@ from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE
 from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.engine import CheckResult
 from nodeagent.tui.backend import SavedProfile
 from nodeagent.tuning import profile as profiles
@@ -52,8 +52,8 @@ FINDINGS: dict[str, list[Finding]] = {
             {"/sys/devices/system/cpu/cpu0/cpuidle/state3/latency": "133"},
             "no state above 10 us while training",
             "limit C-states (c-states tuner) or intel_idle.max_cstate=1",
-            "cpuidle",
-            "c-states",
+            subject="cpuidle",
+            fix="c-states",
         )
     ],
     "numa": [
@@ -69,8 +69,8 @@ FINDINGS: dict[str, list[Finding]] = {
             {"/sys/kernel/mm/transparent_hugepage/enabled": "always madvise [never]"},
             "madvise or always",
             "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled",
-            "thp",
-            "thp",
+            subject="thp",
+            fix="thp",
         )
     ],
     "kernel": [
@@ -308,9 +308,9 @@ def fleet_report(on_done: Callable[[HostOutcome], None], delay_s: float) -> Flee
             )
         else:
             status = "WARN" if i == 3 else "OK"
-            findings = [f.to_dict() | {"host": name} for f in FINDINGS["kernel"]]
+            findings = [d | {"host": name} for d in documents(FINDINGS["kernel"])]
             if i == 3:
-                findings.append(FINDINGS["hugepages"][0].to_dict() | {"host": name, "status": "WARN"})
+                findings.append(documents(FINDINGS["hugepages"])[0] | {"host": name, "status": "WARN"})
             outcome = HostOutcome(name, f"10.0.0.{i}", {"status": status, "findings": findings, "checks": []})
         outcome.duration_s = 0.5
         time.sleep(delay_s)

@@ -16,7 +16,7 @@ from nodeagent import checks, engine
 from nodeagent.compare import fleet
 from nodeagent.compare.fleet import Value
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.facts import node
 from nodeagent.gate import baseline
 from nodeagent.host import SnapshotHost
@@ -43,7 +43,7 @@ def values_of(source: Path, only: tuple[str, ...] = ()) -> dict[str, Value]:
     """What `nodeagent baseline save` and `check --baseline` compare: facts and findings, flattened."""
     host = SnapshotHost(source)
     report = engine.run_report(host, checks.select(list(only), []))
-    return fleet.host_values(node.collect(host), [f.to_dict() for f in report.findings])
+    return fleet.host_values(node.collect(host), documents(report.findings))
 
 
 def set_swappiness(root: Path, value: int) -> None:

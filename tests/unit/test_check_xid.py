@@ -20,7 +20,7 @@ import pytest
 from nodeagent import checks
 from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.checks import xid
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.facts import dcgm, kmsg
 from nodeagent.host import LocalHost, SnapshotHost, recorder
 from tests.support.cli import RunCli
@@ -403,7 +403,7 @@ def test_fleet_comparison_leaves_out_what_the_log_covers() -> None:
     finding = xid.evaluate(xid.Facts(kmsg.KernelLog("dmesg -r", kmsg.parse("[ 5.000000] hello\n"))), DEFAULT)[
         0
     ]
-    values = fleet.host_values(None, [finding.to_dict()])
+    values = fleet.host_values(None, documents([finding]))
     assert values == {
         "check.xid.kernel log.dmesg -r": "no 'NVRM: Xid' record from the kernel",
         "check.xid.kernel log.status": "OK",

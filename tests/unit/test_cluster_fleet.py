@@ -30,6 +30,7 @@ from nodeagent.compare.fleet import (
     parse_number,
 )
 from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import documents
 from nodeagent.facts import node
 from nodeagent.render.fleet import render_table
 from tests.support.helpers import fixture_host
@@ -51,7 +52,7 @@ def recorded() -> Recorded:
     """The machine's facts document and the findings of every check, as the cluster runner gets them."""
     host = fixture_host(MACHINE)
     facts = node.collect(host)
-    findings = [f.to_dict() for r in engine.run(host, all_checks()) for f in r.findings]
+    findings = documents(f for r in engine.run(host, all_checks()) for f in r.findings)
     return facts, findings
 
 

@@ -16,7 +16,7 @@ from nodeagent.cli.main import main
 from nodeagent.compare import fleet
 from nodeagent.compare.values import Value
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.facts import node
 from nodeagent.gate import schema
 from nodeagent.gate.playbook import BenchSettings, Playbook, list_playbooks, load_playbook
@@ -36,7 +36,7 @@ def node_values(host: SnapshotHost, pb: Playbook) -> dict[str, Value]:
     the facts, flattened by fleet.host_values."""
     selected = checks.select(pb.checks)
     params = {c.id: c.make_params(dict(pb.check_params.get(c.id, {}))) for c in selected}
-    found = [f.to_dict() for r in engine.run(host, selected, params) for f in r.findings]
+    found = documents(f for r in engine.run(host, selected, params) for f in r.findings)
     return fleet.host_values(node.collect(host), found)
 
 

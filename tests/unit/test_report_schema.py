@@ -18,20 +18,27 @@ from typing import Any
 
 import jsonschema
 import pytest
+from pydantic import ValidationError
 
+from nodeagent import engine
 from nodeagent.api import report
+from nodeagent.checks import all_checks
 from nodeagent.cluster.merge import UNREADABLE, merge_reports
 from nodeagent.core.errors import UsageError
+from nodeagent.core.finding import Finding, Status
 from nodeagent.render import jsonout, outputs
 from nodeagent.render.slurm import slurm_reason
 from nodeagent.render.text import problems, verdict_line
 from tests.support.golden_docs import VOLATILE
+from tests.support.helpers import fixture_host
 from tests.support.paths import GOLDEN
 
 SCHEMA_FILE = Path(outputs.__file__).with_name(outputs.SCHEMA_FILE)
 GOLDEN_REPORTS = sorted(GOLDEN.glob("check*.json"))
 NODE_REPORTS = [p for p in GOLDEN_REPORTS if p.name.startswith("check--")]
 FLEET_REPORT = GOLDEN / "check-cluster.json"
+# A recorded two-socket Xeon with NICs, an RDMA port and PCIe links (tests/fixtures/hwloc).
+MACHINE = "40intel64-2g2n4c+pcilocality"
 SECONDS = 0.25  # what stands in for a time the goldens leave out (it differs from run to run)
 
 
@@ -221,6 +228,26 @@ def test_renderers_take_the_model_as_they_take_the_dict() -> None:
     for render in (*(outputs.renderer(fmt) for fmt in READING), slurm_reason):
         assert render(model) == render(doc)
     assert verdict_line(model, model.verdict or {}) == verdict_line(doc, doc["verdict"])
+
+
+def test_a_checks_findings_read_back_from_its_report_are_the_same_findings() -> None:
+    """A check's Finding is the report's: written by `documents` and read by the model, every
+    finding of a recorded machine comes back equal, its fields in the order the report writes."""
+    run = engine.run_report(fixture_host(MACHINE), list(all_checks()))
+    doc = json.loads(jsonout.report(run))
+    model = report.validate(report.CheckReport, doc, "doc.json")
+    assert model.findings == run.findings and len(run.findings) > 20
+    assert list(doc["findings"][0]) == [f.name for f in dataclasses.fields(Finding)]
+    assert list(doc["findings"][0])[:3] == ["check_id", "host", "status"]
+
+
+def test_a_finding_a_check_cannot_make_is_refused_where_it_is_made() -> None:
+    """The report's rules hold for the check too: an empty check id or evidence that is not text
+    stops at the Finding (the engine turns that into the check's UNKNOWN), not in a reader."""
+    with pytest.raises(ValidationError):
+        Finding("", Status.OK, "fine")
+    with pytest.raises(ValidationError):
+        Finding("numa", Status.OK, "fine", {"/sys/devices/system/node/online": 2})  # type: ignore[dict-item]
 
 
 def test_merge_reads_each_file_through_the_model(tmp_path: Path) -> None:

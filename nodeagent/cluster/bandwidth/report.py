@@ -13,7 +13,7 @@ from typing import Any
 
 from nodeagent.api.report import BandwidthLink as Link
 from nodeagent.api.report import link_label
-from nodeagent.core.finding import Finding, Status, worst
+from nodeagent.core.finding import Finding, Status, documents, worst
 
 __all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
 
@@ -30,7 +30,7 @@ class BandwidthReport:
         return {
             "bandwidth": {
                 "links": [asdict(link) for link in self.links],
-                "findings": [f.to_dict() for f in self.findings],
+                "findings": documents(self.findings),
             }
         }
 
