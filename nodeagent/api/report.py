@@ -47,6 +47,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     Tag,
+    TypeAdapter,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -57,7 +58,7 @@ from pydantic_core import ErrorDetails, core_schema
 
 from nodeagent.api.schema import SCHEMA_VERSION
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Finding, Status
+from nodeagent.core.finding import Finding, Status, worst
 from nodeagent.core.yamldoc import Loc, format_loc
 
 __all__ = [
@@ -355,11 +356,26 @@ class BandwidthLink:
         return link_label(self.src, self.dst)
 
 
-class Bandwidth(_Open):
-    """The inter-node measurement of `check --cluster --bandwidth`."""
+# A dataclass, like its links: the measurement makes it (nodeagent.cluster.bandwidth), the fleet
+# document holds it as `bandwidth`, and its table (nodeagent.render.bandwidth) reads it.
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="allow"))
+class Bandwidth:
+    """The inter-node measurement of `check --cluster --bandwidth`: each direction measured, and
+    the findings about them."""
 
     links: list[BandwidthLink]
     findings: list[Finding]
+
+    def status(self) -> Status:
+        return worst(f.status for f in self.findings)
+
+    def section(self) -> dict[str, Any]:
+        """What the fleet document holds: `{"bandwidth": {"links": [...], "findings": [...]}}`."""
+        dumped: dict[str, Any] = _BANDWIDTH.dump_python(self, mode="json")
+        return {"bandwidth": dumped}
+
+
+_BANDWIDTH = TypeAdapter(Bandwidth)
 
 
 class FleetDocument(_Open):

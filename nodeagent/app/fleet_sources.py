@@ -115,7 +115,7 @@ class SshSource:
 
         keys = ssh.HostKeys.default(self.inventory.known_hosts, self.accept_new_host_keys)
         measured = measure.measure(self.inventory, keys, check.bandwidth, self.workers)
-        report.extra = measured.to_dict()
+        report.extra = measured.section()
         report.extra_status = measured.status()
         return FleetRun(report, measured)
 

@@ -256,7 +256,7 @@ def slow_h3_report() -> measure.BandwidthReport:
 def test_report_status_and_json() -> None:
     report = slow_h3_report()
     assert report.status() is Status.UNKNOWN
-    doc = json.loads(json.dumps(report.to_dict()))
+    doc = json.loads(json.dumps(report.section()))
     assert list(doc) == ["bandwidth"]
     assert doc["bandwidth"]["links"][1] == {
         "src": "h2",

@@ -1,6 +1,6 @@
 """The results of a bandwidth measurement: each measured direction (Link: the fleet document's
 BandwidthLink), and the report of links and findings of `nodeagent check --cluster --bandwidth`
-(its table is nodeagent.render.bandwidth).
+(BandwidthReport: the fleet document's Bandwidth; its table is nodeagent.render.bandwidth).
 
 Apart from the measuring and the evaluation because both produce these and the CLI only reads them.
 """
@@ -8,31 +8,13 @@ Apart from the measuring and the evaluation because both produce these and the C
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
 
+from nodeagent.api.report import Bandwidth as BandwidthReport
 from nodeagent.api.report import BandwidthLink as Link
 from nodeagent.api.report import link_label
-from nodeagent.core.finding import Finding, Status, documents, worst
+from nodeagent.core.finding import Finding, Status, worst
 
 __all__ = ["BandwidthReport", "Link", "format_number", "link_label", "link_statuses"]
-
-
-@dataclass
-class BandwidthReport:
-    links: list[Link]
-    findings: list[Finding]
-
-    def status(self) -> Status:
-        return worst(f.status for f in self.findings)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "bandwidth": {
-                "links": [asdict(link) for link in self.links],
-                "findings": documents(self.findings),
-            }
-        }
 
 
 def link_statuses(links: Sequence[Link], findings: Sequence[Finding]) -> dict[str, Status]:
