@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nodeagent.api.report import FleetSummary
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.compare import fleet
 from nodeagent.compare.values import Value
@@ -63,20 +64,20 @@ class FleetReport:
     def exit_code(self) -> int:
         return self.status.exit_code
 
-    def summary(self) -> dict[str, Any]:
-        counts = Counter(host_status(o).value for o in self.outcomes.values())
-        return {
-            "hosts": len(self.outcomes),
-            "unreachable": sum(1 for o in self.outcomes.values() if not o.ok),
-            "by_status": dict(sorted(counts.items())),
-            "status": self.status.value,
-            "duration_s": round(self.duration_s, 3),
-        }
+    def summary(self) -> FleetSummary:
+        counts = Counter(host_status(o) for o in self.outcomes.values())
+        return FleetSummary(
+            hosts=len(self.outcomes),
+            unreachable=sum(1 for o in self.outcomes.values() if not o.ok),
+            by_status=dict(sorted(counts.items(), key=lambda item: item[0].value)),
+            status=self.status,
+            duration_s=round(self.duration_s, 3),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "status": self.status.value,
-            "summary": self.summary(),
+            "summary": self.summary().model_dump(mode="json"),
             "hosts": {name: o.to_dict() for name, o in self.outcomes.items()},
             "drift": [d.model_dump() for d in self.comparison.drift],
             "outliers": [o.model_dump() for o in self.comparison.outliers],

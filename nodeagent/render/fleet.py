@@ -169,9 +169,9 @@ def hosts_table(r: FleetReport) -> Group:
 
 def summary_line(r: FleetReport) -> Text:
     s = r.summary()
-    counts = ", ".join(f"{n} {k}" for k, n in s["by_status"].items())
-    line = Text(f"{s['hosts']} hosts ({counts}; {s['unreachable']} without a result) ")
-    line.append(f"in {s['duration_s']:.1f}s; worst: ")
+    counts = ", ".join(f"{n} {k.value}" for k, n in s.by_status.items())
+    line = Text(f"{s.hosts} hosts ({counts}; {s.unreachable} without a result) ")
+    line.append(f"in {s.duration_s:.1f}s; worst: ")
     line.append(r.status.value, style=STYLE[r.status])
     return line
 

@@ -24,6 +24,7 @@ from nodeagent.cluster.inventory.load import HostSpec, load_inventory
 from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import CheckJob, HostOutcome, replay_fleet, run_fleet
 from nodeagent.core import pool
+from nodeagent.core.finding import Status
 from nodeagent.host import LocalHost, open_host, recorder
 from nodeagent.host.local import TreeHost
 from tests.support import fakefleet
@@ -120,7 +121,7 @@ def test_a_dead_worker_costs_its_own_hosts_and_no_other(streams: dict[str, bytes
     # node04 ran beside node02 on the dying worker: done before, or named like it.
     other = outcomes["node04"].error
     assert other is None or other.kind == ssh.CONTROLLER
-    assert FleetReport.build(outcomes, 0.0).summary()["by_status"]["FAIL"] >= 1
+    assert FleetReport.build(outcomes, 0.0).summary().by_status[Status.FAIL] >= 1
 
 
 def test_a_worker_that_stops_answering_is_stopped_and_named() -> None:

@@ -88,7 +88,7 @@ def test_reports_of_several_recorded_trees(tmp_path: Path) -> None:
         assert outcome.facts["host"] == name  # the facts travel apart from the report, as over SSH
         assert (outcome.doc or {})["status"] == docs[name]["status"]
         assert (outcome.doc or {})["findings"] == docs[name]["findings"]
-    assert merged.summary()["hosts"] == len(archives) and merged.summary()["unreachable"] == 0
+    assert merged.summary().hosts == len(archives) and merged.summary().unreachable == 0
     worst = max((d["status"] for d in docs.values()), key=["SKIPPED", "OK", "WARN", "UNKNOWN", "FAIL"].index)
     assert merged.status.value == worst
     # Different machines: their CPU counts differ, and the comparison says so.
@@ -131,7 +131,7 @@ def test_a_corrupt_file_is_that_hosts_error(tmp_path: Path, fleet_dir: Path) -> 
     assert "merged fleet report (4 hosts)" in errors["fleet"].message
     # The others are merged as before, and an unreadable host fails the fleet like an unreachable one.
     assert {"node1", "node2", "node3", "node4"} <= set(merged.outcomes)
-    assert merged.summary()["unreachable"] == 4 and merged.exit_code == 2
+    assert merged.summary().unreachable == 4 and merged.exit_code == 2
     doc = merged.to_dict()
     assert doc["hosts"]["node5"]["status"] == "FAIL"
     assert doc["hosts"]["node5"]["error"]["kind"] == UNREADABLE

@@ -222,8 +222,8 @@ class ClusterScreen(NodeAgentScreen):
         line = lit(f"{self.source}: ")
         if self.report is not None:
             s = self.report.summary()
-            counts = ", ".join(f"{n} {k}" for k, n in s["by_status"].items())
-            line.append(f"{s['hosts']} hosts in {s['duration_s']:.1f} s ({counts}); worst ")
+            counts = ", ".join(f"{n} {k.value}" for k, n in s.by_status.items())
+            line.append(f"{s.hosts} hosts in {s.duration_s:.1f} s ({counts}); worst ")
             line.append(self.report.status.value, style="bold")
         else:
             of = f" of {self.expected}" if self.expected is not None else ""
