@@ -388,8 +388,11 @@ def test_bandwidth_names_the_host_with_the_slow_link(ssh_cluster_factory: Any, t
     links = {f"{link['src']} -> {link['dst']}": link for link in doc["bandwidth"]["links"]}
     assert set(links) == {"h1 -> h2", "h2 -> h3", "h3 -> h4", "h4 -> h5", "h5 -> h1"}
     assert links["h2 -> h3"]["gbits_per_s"] < 0.05 and links["h3 -> h4"]["gbits_per_s"] < 0.05
-    flagged = [f for f in doc["bandwidth"]["findings"] if f["status"] in ("WARN", "FAIL")]
-    assert flagged and all("h3" in f["subject"] + f["summary"] for f in flagged), flagged
+    # Only the threshold's FAIL is independent of load: the fleet rules (a link under half the
+    # median, a latency outlier) compare links measured at once on this busy machine, and may warn
+    # about another link besides (seen once, in a fresh-clone CI run).
+    failed = [f for f in doc["bandwidth"]["findings"] if f["status"] == "FAIL"]
+    assert failed and all("h3" in f["subject"] + f["summary"] for f in failed), doc["bandwidth"]["findings"]
     assert proc.returncode == 2  # below the minimum: FAIL
 
 
