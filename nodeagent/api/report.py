@@ -7,9 +7,9 @@
 
 The models describe the documents that nodeagent.engine.Report, nodeagent.gate.judge.document,
 nodeagent.cluster.runner.HostOutcome and nodeagent.cluster.report.FleetReport produce. Finding
-(nodeagent.core.finding's: what every check makes), Verdict, Drift, Outlier, HostError and
-BandwidthLink are made as these types, by the checks, nodeagent.gate.judge, nodeagent.compare.fleet
-and nodeagent.cluster.
+(nodeagent.core.finding's: what every check makes), Verdict, Drift, Outlier, HostError, Bandwidth
+with its links and FleetSummary are made as these types, by the checks, nodeagent.gate.judge,
+nodeagent.compare.fleet and nodeagent.cluster.
 
 Every object is open: `schema` is bumped on an incompatible change only, fields may be added
 without a bump, so a reader must ignore the fields it does not know (and keeps them: `report merge`
