@@ -59,11 +59,14 @@ def check_params(pb: Playbook | None, selected: list[Check[Any, Any]]) -> dict[s
     return {c.id: c.make_params(dict(overrides.get(c.id, {}))) for c in selected}
 
 
-def values_of(host: Host, report: engine.Report) -> dict[str, Any]:
+def values_of(host: Host, report: engine.Report, facts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The node's comparable values: its facts and its findings, flattened (compare.values.host_values).
-    No command runs for them (the facts' `nvidia-smi topo -m` may take seconds): a check that
-    needed it has run it already, and its findings carry what it saw."""
-    return host_values(node.collect(host, commands=False), documents(report.findings))
+    `facts` where they were collected already; else collected here, with no command run for them
+    (the facts' `nvidia-smi topo -m` may take seconds): a check that needed it has run it already,
+    and its findings carry what it saw."""
+    if facts is None:
+        facts = node.collect(host, commands=False)
+    return host_values(facts, documents(report.findings))
 
 
 def lost_hardware(pb: Playbook | None) -> Status:

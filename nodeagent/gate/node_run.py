@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodeagent import engine
-from nodeagent.compare.values import host_values
-from nodeagent.core.finding import documents
 from nodeagent.gate import judge
 
 if TYPE_CHECKING:
@@ -72,10 +70,7 @@ class NodeRun:
         return self.report
 
     def _judged(self, report: engine.Report) -> list[engine.CheckResult]:
-        if self.facts is not None:
-            values = host_values(self.facts, documents(report.findings))
-        else:
-            values = judge.values_of(self.host, report)
+        values = judge.values_of(self.host, report, self.facts)
         return judge.judged(report.results, values, self.playbook, self.baseline, self.host.name)
 
 
