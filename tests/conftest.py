@@ -23,6 +23,7 @@ expensive (each worker would build its own: test_bench_worker.py's TensorFlow ru
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,12 @@ from tests.support.slurmcluster import slurm_cluster_factory
 from tests.support.sshcluster import module_ssh_cluster_factory, ssh_cluster_factory
 
 __all__ = ["module_ssh_cluster_factory", "slurm_cluster_factory", "ssh_cluster_factory"]
+
+# pytest keeps the test modules whose asserts it rewrote as bytecode only where Python may write
+# bytecode. Where PYTHONDONTWRITEBYTECODE is set (as on this project's CI machine), every pytest
+# process, each xdist worker included, rewrote all ~190 test modules again: 5-8 s of CPU per process
+# before the first test. (`make bytecode` writes nodeagent's own bytecode for the same reason.)
+sys.dont_write_bytecode = False
 
 INTEGRATION = TESTS / "integration"
 
