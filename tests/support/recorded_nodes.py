@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from nodeagent.host.base import META_FILE
 from tests.support import corpus
+from tests.support.cli import run_cli
 
 GPUS = "smix-pai-azure-4x-tesla-k80"  # 4 Tesla K80 GPUs, `nvidia-smi -q -x`
 NVLINK = "topo-gcp-a3-h100-8gpu-nv18-gpu-numa-id"  # 8 H100, topo -m with NV18 and nvlink -s
@@ -59,8 +58,8 @@ def drop_hca(tree: Path, device: str) -> None:
 
 
 def save_baseline(tree: Path, path: Path) -> None:
-    cmd = [sys.executable, "-m", "nodeagent", "baseline", "save", str(path), "--root", str(tree)]
-    subprocess.run(cmd, check=True, capture_output=True)
+    result = run_cli("baseline", "save", str(path), "--root", str(tree))
+    assert result.returncode == 0, result.stderr
 
 
 def disable_port(tree: Path, device: str, port: int = 1) -> None:

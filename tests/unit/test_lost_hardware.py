@@ -21,16 +21,14 @@ The kernel check is skipped throughout (`gpu_training` below: gpu-training with 
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.cli import run_cli
 from tests.support.recorded_nodes import (
     GPUS,
     HCAS,
@@ -46,15 +44,9 @@ from tests.support.recorded_nodes import (
 
 
 def gate(tree: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "preflight", "--root", str(tree), "--format", "json", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.stderr == "" or "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    result = run_cli("preflight", "--root", str(tree), "--format", "json", *args)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.json()
 
 
 def failing(doc: dict[str, Any]) -> list[tuple[str, str, str]]:

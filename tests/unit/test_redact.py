@@ -6,12 +6,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +19,7 @@ from nodeagent.api.check import declared_commands, declared_paths
 from nodeagent.facts import node, nvidia_smi
 from nodeagent.host import LocalHost, SnapshotHost, recorder, redact
 from tests.support import ttar
+from tests.support.cli import run_cli
 from tests.support.gpu_samples import A100_XML
 from tests.support.helpers import ETH, GPU, NIC, make_tree, pci_tree
 from tests.support.paths import FIXTURES
@@ -130,6 +130,7 @@ def recordings(draw: st.DrawFn) -> tuple[dict[str, list[str]], dict[str, str]]:
     return tokens, {text: kind for kind, text in pool}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(recordings())
 def test_redaction_is_consistent_idempotent_and_leaves_no_identifier(
@@ -529,15 +530,9 @@ def _archive_strings(archive: Path, names: bool = True) -> list[str]:
 
 
 def _facts(root: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "facts", "--root", str(root), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    doc: dict[str, Any] = json.loads(proc.stdout)
+    result = run_cli("facts", "--root", str(root), "--format", "json")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    doc: dict[str, Any] = result.json()
     return doc
 
 
@@ -596,13 +591,7 @@ def test_a_redacted_gpu_node_keeps_its_facts_and_loses_its_identifiers(tmp_path:
 
 def test_the_command_line_redacts_this_machine(tmp_path: Path) -> None:
     out = tmp_path / "here.tar.gz"
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "snapshot", "--redact", "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_cli("snapshot", "--redact", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "replaced with placeholders" in proc.stdout
     name = LocalHost().read_value("/proc/sys/kernel/hostname") or ""

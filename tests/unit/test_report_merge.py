@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import pytest
 
 from nodeagent.cluster.merge import UNREADABLE, merge_reports
 from nodeagent.core.errors import UsageError
+from tests.support.cli import run_cli
 from tests.support.helpers import SYSFS_FIXTURES
 from tests.support.paths import VM
 
@@ -37,16 +36,10 @@ FINDING: dict[str, Any] = {
 
 def check_report(root: Path, out: Path) -> dict[str, Any]:
     """What a node leaves behind: `nodeagent check --root ROOT --format json --facts` > OUT."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "check", "--root", str(root), "--format", "json", "--facts"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode in (0, 1, 2, 3), proc.stderr
-    out.write_text(proc.stdout)
-    doc: dict[str, Any] = json.loads(proc.stdout)
+    result = run_cli("check", "--root", str(root), "--format", "json", "--facts")
+    assert result.returncode in (0, 1, 2, 3), result.stderr
+    out.write_text(result.stdout)
+    doc: dict[str, Any] = result.json()
     return doc
 
 

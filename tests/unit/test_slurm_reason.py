@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from nodeagent.gate import judge
 from nodeagent.render import jsonout
 from nodeagent.render.slurm import ALLOWED, clean, slurm_lines, slurm_reason
 from tests.support import corpus
+from tests.support.cli import RunCli
 
 HEAD = "nodeagent: "
 SINFO = 40  # the characters that must carry the failing subject
@@ -222,18 +221,12 @@ def test_the_reason_is_the_first_refusing_finding_in_whole_words(
         assert name.startswith(subject) and not summary  # a name too long for the field: cut
 
 
-def test_a_recorded_gpu_node_through_preflight(tmp_path: Path) -> None:
+def test_a_recorded_gpu_node_through_preflight(tmp_path: Path, run_cli: RunCli) -> None:
     """The real command on a recorded V100 with uncorrectable ECC errors (FAIL) and a lifetime count
     (WARN): the GPU first, by its PCI address."""
     tree = corpus.build_tree(corpus.load("smi-openpai-v100-sxm3-dbe-retired-pages"), tmp_path / "tree")
     argv = ["preflight", "--root", str(tree), "--playbook", "gpu-training", "--format", "slurm"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_cli(*argv)
     assert proc.returncode == 2, proc.stderr
     reason = proc.stdout.strip()
     assert proc.stdout.count("\n") == 1
@@ -242,12 +235,10 @@ def test_a_recorded_gpu_node_through_preflight(tmp_path: Path) -> None:
     assert "lifetime" not in reason  # the WARN's headline
 
 
-def test_an_allowed_node_prints_nothing(tmp_path: Path) -> None:
+def test_an_allowed_node_prints_nothing(tmp_path: Path, run_cli: RunCli) -> None:
     """The real command on a recorded node the preflight playbook allows: exit 0 and no output, so
     the prolog drains exactly when there is a line."""
     tree = corpus.build_tree(corpus.load("sysfs-ghw-xeon-l5640-2socket"), tmp_path / "tree")
     argv = ["preflight", "--root", str(tree), "--playbook", "preflight", "--format", "slurm"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", *argv], capture_output=True, text=True, timeout=120, check=False
-    )
+    proc = run_cli(*argv)
     assert (proc.returncode, proc.stdout) == (0, ""), (proc.stdout, proc.stderr)

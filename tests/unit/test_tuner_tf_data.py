@@ -19,6 +19,7 @@ from nodeagent.facts.ranks import GpuPlace
 from nodeagent.tuners import tf_data
 from nodeagent.tuners.tf_data import GUIDE, PROFILE_KEY, SNIPPET_KEY, Params
 from nodeagent.tuning import apply, launcher
+from tests.support.cli import RunCli
 from tests.support.helpers import fixture_host, make_tree
 from tests.support.rank_nodes import A100, hand_facts, smi_host
 
@@ -111,16 +112,10 @@ def test_fixed_and_unset_pool_sizes() -> None:
 @pytest.mark.parametrize(
     ("param", "value"), [("private_threadpool_size", -2), ("max_intra_op_parallelism", -1)]
 )
-def test_bad_parameters_are_usage_errors(param: str, value: int) -> None:
+def test_bad_parameters_are_usage_errors(param: str, value: int, run_cli: RunCli) -> None:
     with pytest.raises(UsageError, match=f"tuner tf-data: {param}={value}"):
         tf_data.TUNER.make_params({param: value})
-    proc = subprocess.run(
-        [sys.executable, "-m", "nodeagent", "tune", "--only", "tf-data", "--set", f"tf-data.{param}={value}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = run_cli("tune", "--only", "tf-data", "--set", f"tf-data.{param}={value}")
     assert proc.returncode == 64 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
