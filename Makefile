@@ -106,7 +106,8 @@ pyz-ahead:
 	@$(MAKE) --no-print-directory pyz || echo "pyz: not built ahead of the tests (above); tests/integration/test_pyz.py builds it again and says why"
 
 # The edit loop: tests/unit but the tests marked slow (the fuzz suite, running the documentation's
-# command blocks), stopping at the first failure; no lint, no typecheck, nothing from
+# command blocks, the property and error-rate tests of thousands of examples), stopping at the
+# first failure; no lint, no typecheck, nothing from
 # tests/integration (real sshd clusters, Slurm, Prometheus, TensorFlow, tmux). `make test` still
 # runs everything.
 test-fast: $(VENV)/.installed-test bytecode

@@ -142,6 +142,7 @@ def test_an_attribute_without_read_is_left_out() -> None:
 COMPONENT_PIECES = ["a", "b", "0", "9", "-", ".", "*", "?", "[0-9]", "[", "]", "!", "[!0-9]", "[a-b]", "cpu"]
 
 
+@pytest.mark.slow
 @settings(max_examples=3000)
 @given(
     st.lists(st.sampled_from(COMPONENT_PIECES), max_size=6).map("".join),

@@ -436,6 +436,7 @@ def first_decided(d: list[float], des: Design) -> paired.Estimate:
     return next(e for e in (analyse(d[:n], des) for n in des.looks) if e.decided)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("interim", "looks"), [(None, 7), (0.001, 6)])
 def test_false_positive_rate_over_all_looks_is_at_most_alpha(interim: float | None, looks: int) -> None:
     """No effect, heavy-tailed noise, up to 100 blocks (the last ones past the exact distribution),
@@ -494,7 +495,7 @@ def budgeted_run(rng: random.Random, des: Design, effect: float, budget_s: float
     return analyse(d, des, final=True)
 
 
-@pytest.mark.parametrize(("budget_s", "seed"), [(40.0, 21), (150.0, 22)])
+@pytest.mark.parametrize(("budget_s", "seed"), [(40.0, 21), pytest.param(150.0, 22, marks=pytest.mark.slow)])
 def test_a_time_budget_keeps_the_false_positive_rate(budget_s: float, seed: int) -> None:
     """No effect, heavy-tailed noise, the budget ending the trials wherever the blocks' durations
     put it (before the first interim look, or between later ones), its final look at nearly 95%:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ NAME_PIECES = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=2000)
 @given(st.lists(st.lists(st.sampled_from(NAME_PIECES), max_size=4).map(b"".join), max_size=8))
 def test_the_environ_filter_keeps_what_the_expression_keeps(items: list[bytes]) -> None:
