@@ -22,12 +22,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 import fnmatch
+import functools
 import posixpath
 import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.api.check import make_params
 from nodeagent.core import parse
@@ -46,7 +50,22 @@ class Scope(enum.Enum):
     CODE = "code"  # a snippet for the user's input pipeline (kept in the profile, printed)
 
 
-@dataclass(frozen=True)
+def _empty(value: object) -> bool:
+    return not value
+
+
+def _none(value: object) -> bool:
+    return value is None
+
+
+# Changes and plans are the tune document's objects: pydantic dataclasses, so that the document is
+# their declaration (fields in the order it writes them; what a change does not use is left out).
+# Their validators are built when the first is made: commands that only import the tuners (a
+# preflight loading a playbook, which names them) do not pay for it.
+_LATE = ConfigDict(defer_build=True)
+
+
+@pydantic_dataclass(frozen=True, config=_LATE)
 class Write:
     """One file a runtime change writes, with the value it held before."""
 
@@ -55,7 +74,7 @@ class Write:
     after: str
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_LATE)
 class Change:
     """One planned change, as a person reads it in the plan.
 
@@ -74,11 +93,11 @@ class Change:
     after: str
     scope: Scope
     why: str
-    writes: tuple[Write, ...] = ()
-    profile_key: str | None = None
-    value: Any = None
-    answers: tuple[str, ...] = ()
-    asked: str | None = None
+    writes: tuple[Write, ...] = Field(default=(), exclude_if=_empty)
+    profile_key: str | None = Field(default=None, exclude_if=_none)
+    value: Any = Field(default=None, exclude_if=_none)
+    answers: tuple[str, ...] = Field(default=(), exclude_if=_empty)
+    asked: str | None = Field(default=None, exclude_if=_none)
 
     @property
     def is_noop(self) -> bool:
@@ -86,49 +105,41 @@ class Change:
             w.before is not None and _same(w.before, w.after) for w in self.writes
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "tuner": self.tuner,
-            "target": self.target,
-            "before": self.before,
-            "after": self.after,
-            "scope": self.scope.value,
-            "why": self.why,
-        }
-        if self.writes:
-            out["writes"] = [{"path": w.path, "before": w.before, "after": w.after} for w in self.writes]
-        if self.profile_key is not None:
-            out["profile_key"] = self.profile_key
-            out["value"] = self.value
-        if self.answers:
-            out["answers"] = list(self.answers)
-        if self.asked is not None:
-            out["asked"] = self.asked
-        return out
 
-
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_LATE)
 class Plan:
     """What one tuner would do. `notes` say why nothing (or less) is planned; `declined` maps each
     check finding ("check/subject", as in Change.answers) the tuner could answer but leaves to why
-    (the reason is in `notes` too, for people); `details` carries structured extras for JSON
-    (numa-pinning's `ranks`)."""
+    (the reason is in `notes` too, for people); `details` carries structured extras, written beside
+    the plan's own fields (numa-pinning's `ranks`)."""
 
     tuner: str
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)
-    declined: dict[str, str] = field(default_factory=dict)
+    changes: list[Change] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    declined: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "tuner": self.tuner,
-            "changes": [c.to_dict() for c in self.changes],
-            "notes": self.notes,
-        }
-        if self.declined:
-            out["declined"] = dict(self.declined)
-        return {**out, **self.details}
+    @model_serializer(mode="wrap")
+    def _with_details(self, fields: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = fields(self)
+        return out | self.details
+
+
+@functools.cache
+def _adapter(kind: type[Plan] | type[Change]) -> TypeAdapter[list[Any]]:
+    return TypeAdapter(list[kind])  # type: ignore[valid-type]
+
+
+def plan_documents(plans: Sequence[Plan]) -> list[dict[str, Any]]:
+    """The plans as the tune document holds them."""
+    dumped: list[dict[str, Any]] = _adapter(Plan).dump_python(list(plans), mode="json")
+    return dumped
+
+
+def change_documents(changes: Sequence[Change]) -> list[dict[str, Any]]:
+    """Changes as a document holds them."""
+    dumped: list[dict[str, Any]] = _adapter(Change).dump_python(list(changes), mode="json")
+    return dumped
 
 
 def finding_key(check_id: str, subject: str) -> str:

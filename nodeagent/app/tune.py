@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from nodeagent import tuners
-from nodeagent.api.tune import share_layout
+from nodeagent.api.tune import plan_documents, share_layout
 from nodeagent.app.bench import need_tensorflow
 from nodeagent.bench import verify as judged
 from nodeagent.bench.verify import stepwise_story
@@ -124,7 +124,7 @@ class TuneRun:
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "host": self.host,
-            "plans": [p.to_dict() for p in self.plans],
+            "plans": plan_documents(self.plans),
             "applied": self.applied is not None,
         }
         if self.applied is not None:

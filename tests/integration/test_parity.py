@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nodeagent.api.tune import plan_documents
 from nodeagent.gate.playbook import load_playbook
 from nodeagent.tui.backend import LocalBackend
 from tests.support import fakefleet
@@ -86,7 +87,7 @@ def test_tune_plan_is_the_same_in_both_faces(machine: str, playbook: str | None,
     root = fakefleet.recorded_root(machine, trees)
     pb = load_playbook(playbook) if playbook else None
     cli_plans = _cli(_with_playbook(["tune", "--root", root], playbook))["plans"]
-    tui_plans = [_stable(p.to_dict()) for p in LocalBackend(root=root, playbook=pb).plans()]
+    tui_plans = [_stable(p) for p in plan_documents(LocalBackend(root=root, playbook=pb).plans())]
     assert tui_plans == cli_plans
 
 

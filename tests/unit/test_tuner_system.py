@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.api.tune import Change, Plan, Scope, Write, runtime_write
+from nodeagent.api.tune import Change, Plan, Scope, Write, change_documents, plan_documents, runtime_write
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks.cstates import IdleState
 from nodeagent.core.errors import UsageError
@@ -163,7 +163,7 @@ def test_every_tree_plans_without_raising(name: str) -> None:
     for tuner in SYSTEM_TUNERS:
         for params in (tuner.make_params(), *_extra_params(tuner.id)):
             plan = tuner.run_plan(host, params)
-            json.dumps(plan.to_dict())  # the JSON plan is plain data
+            json.dumps(plan_documents([plan]))  # the JSON plan is plain data
             assert plan.changes or plan.notes, f"{tuner.id} on {name}: no change and no note saying why"
             for c in plan.changes:
                 assert c.tuner == tuner.id and c.why and "https://" in c.why
@@ -390,7 +390,8 @@ def test_c_states_deep_state_plans_held_limit_and_boot_advice() -> None:
     plan = c_states.plan(cfacts(), c_states.Params())
     held, boot = plan.changes
     assert held.before == "no limit: C6 (133 us) on CPUs 0-1"  # C1E (10 us) is within the limit
-    assert held.to_dict()["value"] == 10 and held.to_dict()["profile_key"] == c_states.PROFILE_KEY
+    (doc,) = change_documents([held])
+    assert doc["value"] == 10 and doc["profile_key"] == c_states.PROFILE_KEY
     assert (boot.before, boot.after) == ("no intel_idle.max_cstate", "intel_idle.max_cstate=1")
     assert [c.answers for c in plan.changes] == [("cstates/idle-states",)] * 2
     tighter = c_states.plan(cfacts(), c_states.Params(max_latency_us=5))
