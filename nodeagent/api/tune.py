@@ -126,19 +126,13 @@ class Plan:
 
 
 @functools.cache
-def _adapter(kind: type[Plan] | type[Change]) -> TypeAdapter[list[Any]]:
-    return TypeAdapter(list[kind])  # type: ignore[valid-type]
+def _plans() -> TypeAdapter[list[Plan]]:
+    return TypeAdapter(list[Plan])
 
 
 def plan_documents(plans: Sequence[Plan]) -> list[dict[str, Any]]:
     """The plans as the tune document holds them."""
-    dumped: list[dict[str, Any]] = _adapter(Plan).dump_python(list(plans), mode="json")
-    return dumped
-
-
-def change_documents(changes: Sequence[Change]) -> list[dict[str, Any]]:
-    """Changes as a document holds them."""
-    dumped: list[dict[str, Any]] = _adapter(Change).dump_python(list(changes), mode="json")
+    dumped: list[dict[str, Any]] = _plans().dump_python(list(plans), mode="json")
     return dumped
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.api.tune import Change, Plan, Scope, Write, change_documents, plan_documents, runtime_write
+from nodeagent.api.tune import Change, Plan, Scope, Write, plan_documents, runtime_write
 from nodeagent.checks import cstates as cstates_check
 from nodeagent.checks.cstates import IdleState
 from nodeagent.core.errors import UsageError
@@ -390,7 +390,7 @@ def test_c_states_deep_state_plans_held_limit_and_boot_advice() -> None:
     plan = c_states.plan(cfacts(), c_states.Params())
     held, boot = plan.changes
     assert held.before == "no limit: C6 (133 us) on CPUs 0-1"  # C1E (10 us) is within the limit
-    (doc,) = change_documents([held])
+    doc = plan_documents([plan])[0]["changes"][0]  # held
     assert doc["value"] == 10 and doc["profile_key"] == c_states.PROFILE_KEY
     assert (boot.before, boot.after) == ("no intel_idle.max_cstate", "intel_idle.max_cstate=1")
     assert [c.answers for c in plan.changes] == [("cstates/idle-states",)] * 2
