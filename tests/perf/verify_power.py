@@ -23,11 +23,12 @@ faster in at least 9 of 10 runs, each within 180 s; A/A "no significant differen
 of 20, its 95% interval within +-3%.
 
 Each run is a fresh `nodeagent verify --format json` in its own state folder; nothing else should
-run meanwhile. Before each kind it prints the load average and the CPU noise (the spread of a fixed
-loop's time, which a busy virtual machine host raises while the load here is 0): a trial disturbed
-by other processes is run again, and the figures then describe a busy machine.
+run meanwhile. Before each kind it prints the load average, and before each run the CPU noise (the
+spread of a fixed loop's time, which a busy virtual machine host raises while the load here is 0): a
+trial disturbed by other processes is run again, and the figures then describe a busy machine.
+`--save DIR` keeps each run's verify document with its noise reading (DIR/KIND-NN.json).
 
-Usage: python tests/perf/verify_power.py [--runs 10] [--kinds py-aa,py-slower,...] [--pairs N]
+Usage: python tests/perf/verify_power.py [--runs 10] [--kinds py-aa,py-slower,...] [--pairs N] [--save DIR]
   (without --pairs: `verify --quick`, its 165 s budget; with it: `verify --pairs N`, no budget)
 """
 
@@ -267,25 +268,35 @@ def cpu_noise_pct(repeats: int = 30, loop: int = 1_000_000) -> float:
     return statistics.stdev(times) / statistics.mean(times) * 100
 
 
-def series(kind: Kind, runs: int, args: list[str], job_dir: Path) -> str:
+def series(kind: Kind, runs: int, args: list[str], job_dir: Path, save: Path | None) -> str:
     load = os.getloadavg()[0]
-    print(
-        f"\n{kind.name}: {runs} runs, wanted verdict: {kind.want}; load {load:.2f}, "
-        f"CPU noise {cpu_noise_pct():.1f}% (cv of a fixed loop)",
-        flush=True,
-    )
+    print(f"\n{kind.name}: {runs} runs, wanted verdict: {kind.want}; load {load:.2f}", flush=True)
     argv = list(args)
     if kind.job is not None:
         script = job_dir / f"{kind.name.split('-')[0]}_job.py"
         script.write_text(kind.job)
         argv += ["--metric", METRIC, "--", sys.executable, str(script)]
     docs = []
+    noise = []
     for i in range(runs):
+        # Read before each run, not once a kind: the host's noise changes within minutes, and a run
+        # on a noisy minute is told from a weak verify by this figure.
+        noise.append(cpu_noise_pct())
         with tempfile.TemporaryDirectory() as tmp:
             doc, wall = verify(Path(tmp), kind.env, argv)
         docs.append((doc, wall))
-        print(f"  {i + 1:>2}: {shown(doc, wall)}", flush=True)
-    return summary(kind, docs)
+        print(f"  {i + 1:>2}: CPU noise {noise[-1]:4.1f}%; {shown(doc, wall)}", flush=True)
+        if save is not None:
+            record = {
+                "kind": kind.name,
+                "run": i + 1,
+                "cpu_noise_pct": noise[-1],
+                "wall_s": wall,
+                "verify": doc,
+            }
+            (save / f"{kind.name}-{i + 1:02d}.json").write_text(json.dumps(record, indent=1) + "\n")
+    steadiness = f"CPU noise before the runs median {statistics.median(noise):.1f}% max {max(noise):.1f}%"
+    return f"{summary(kind, docs)}; {steadiness}"
 
 
 def main() -> None:
@@ -295,19 +306,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="runs per kind (A/A kinds: twice as many)")
     parser.add_argument("--kinds", default="py-aa,py-slower,py-faster,tf-aa,tf-slower,tf-faster")
     parser.add_argument("--pairs", type=int, help="verify --pairs N instead of --quick (no time budget)")
+    parser.add_argument("--save", type=Path, help="keep each run's verify document and CPU noise in DIR")
     a = parser.parse_args()
     names = [k.strip() for k in a.kinds.split(",") if k.strip()]
     unknown = [k for k in names if k not in KINDS]
     if unknown:
         raise SystemExit(f"--kinds: unknown {', '.join(unknown)}; known: {', '.join(KINDS)}")
     args = ["--quick"] if a.pairs is None else ["--pairs", str(a.pairs)]
+    if a.save is not None:
+        a.save.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             kind = KINDS[name]
             runs = a.runs * 2 if kind.want == SAME else a.runs
-            lines.append(series(kind, runs, args, Path(tmp)))
+            lines.append(series(kind, runs, args, Path(tmp), a.save))
     print(f"\nverify {' '.join(args)}, {os.cpu_count()} CPUs:")
     for line in lines:
         print(line)
