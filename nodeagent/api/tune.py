@@ -81,6 +81,8 @@ class Change:
     `target` names what changes ("kernel.numa_balancing", "scaling_governor of cpu0-63",
     "env OMP_NUM_THREADS"); `before`/`after` are shown as they are. Runtime changes carry their
     `writes`; process and code changes carry `profile_key` and `value`, merged into the profile.
+    The document leaves out what a change does not use: empty `writes` and `answers`, and a
+    `profile_key`, `value` or `asked` that is None.
 
     `answers` are the check findings ("check/subject", the subject an fnmatch pattern where it
     varies: "threads/pid *") whose not-accepted value this change corrects; `asked` is the tuner
