@@ -50,10 +50,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Annotated, Any, Protocol
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import job_process, measure, metric, paired, run, stats
-from nodeagent.core import limits
+from nodeagent.core import jsondoc, limits
 
 A, B = "A", "B"
 EXIT_FASTER, EXIT_NOT_FASTER, EXIT_FAILED = 0, 1, 2
@@ -79,31 +82,22 @@ class Side:
     env: dict[str, str]
 
 
-@dataclass
+# A trial is its own document (the verify report's "trials"): a pydantic dataclass, its fields in the
+# order the report writes them.
+@pydantic_dataclass(config=ConfigDict(defer_build=True))
 class Trial:
-    number: int  # 1, 2, ... in the order run
+    number: Annotated[int, Field(serialization_alias="trial")]  # 1, 2, ... in the order run
     block: int
     side: str
     rate: float | None
     wall_s: float
     interference: float | None = None  # share of the CPUs other processes took (None: unknown)
-    input_wait: float | None = None
+    input_wait: Annotated[float | None, Field(serialization_alias="input_wait_fraction")] = None
     error: str | None = None
-    cpu_s: float | None = None  # the worker's own CPU seconds (built-in workload)
-    leftovers: list[str] = field(default_factory=list)  # processes it left running, stopped
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trial": self.number,
-            "block": self.block,
-            "side": self.side,
-            "rate": self.rate,
-            "wall_s": self.wall_s,
-            "interference": self.interference,
-            "input_wait_fraction": self.input_wait,
-            "error": self.error,
-            "leftovers": self.leftovers,
-        }
+    # The worker's own CPU seconds (built-in workload), told apart from other processes' CPU time;
+    # not in the report.
+    cpu_s: Annotated[float | None, Field(exclude=True)] = None
+    leftovers: list[str] = Field(default_factory=list)  # processes it left running, stopped
 
 
 @dataclass
@@ -126,7 +120,7 @@ class Block:
             "ratio": None if self.value is None else math.exp(self.value),
             "disturbed": self.disturbed,
             "counted": self.counted,
-            "trials": [t.to_dict() for t in self.trials],
+            "trials": [jsondoc.document(t) for t in self.trials],
         }
 
 
@@ -186,7 +180,7 @@ class ABResult:
             "metric": self.metric,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "estimate": None if self.estimate is None else self.estimate.to_dict(),
+            "estimate": None if self.estimate is None else jsondoc.document(self.estimate),
             "pairs": self.pairs,
             "disturbed_blocks": self.disturbed,
             "stopped": self.stopped,

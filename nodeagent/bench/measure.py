@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, Literal, get_args
@@ -36,11 +36,13 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    computed_field,
     model_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import run
-from nodeagent.core import limits
+from nodeagent.core import jsondoc, limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import launcher
 
@@ -78,11 +80,17 @@ def hook_env(environ: Mapping[str, str], folder: Path, every_s: float | None = N
 # -- the figures ---------------------------------------------------------------------------------
 
 
-@dataclass
+# The job's figures and the advice on its stages are documents (`bench --exec`, verify's trials): pydantic
+# dataclasses, their fields in the order the documents write them.
+_DOCUMENT = ConfigDict(defer_build=True)
+
+
+@pydantic_dataclass(config=_DOCUMENT)
 class JobFigures:
     """One job's figures, combined over its processes (`read`). steps_per_s is None when no
     process measured a step after its warm-up; input_wait_fraction is None when any measured
-    process could not see its input wait, and input_wait_unknown then says why."""
+    process could not see its input wait, and input_wait_unknown then says why. Its document ends
+    with the advice on its stages."""
 
     steps_per_s: float | None
     input_wait_fraction: float | None
@@ -93,19 +101,20 @@ class JobFigures:
     source: str
     steps: int = 0
     seconds: float = 0.0  # the longest process's measured span
-    skipped: list[str] = field(default_factory=list)  # files that could not be read, and why
-    stages: list[Stage] = field(default_factory=list)  # the input pipeline, source first
-    options_off: list[str] = field(default_factory=list)  # tf-data tuner options the job turned off
+    skipped: list[str] = Field(default_factory=list)  # files that could not be read, and why
+    stages: list[Stage] = Field(default_factory=list)  # the input pipeline, source first
+    options_off: list[str] = Field(default_factory=list)  # tf-data tuner options the job turned off
     pipeline_unknown: str | None = "not described"  # why there are no stages
     # The share of the measured time spent in Python functions tf.data called (a generator,
     # tf.py_function), over all threads; None where a process did not time it.
     python_fraction: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        doc = asdict(self)
-        doc["stages"] = [stage.model_dump() for stage in self.stages]
-        doc["advice"] = [a.to_dict() for a in advice(self)]
-        return doc
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def advice(self) -> list[StageAdvice]:
+        """One piece of advice per stage of the input pipeline, the problems first."""
+        found = [stage_advice(s, self.options_off) for s in self.stages]
+        return [a for a in found if a.problem] + [a for a in found if not a.problem]
 
 
 Count = Annotated[StrictInt, Field(ge=0)]
@@ -252,7 +261,7 @@ def _pipeline(processes: list[_Process]) -> tuple[list[Stage], list[str], str | 
 # -- what can help each stage --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=_DOCUMENT)
 class StageAdvice:
     """What can speed one stage up: `problem` when it can hold the input back as written (Python,
     a sequential read or map), `tunable` when the tf-data tuner's options can speed it up."""
@@ -261,14 +270,6 @@ class StageAdvice:
     problem: bool
     tunable: bool
     text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "stage": self.stage.model_dump(),
-            "problem": self.problem,
-            "tunable": self.tunable,
-            "text": self.text,
-        }
 
 
 _PYTHON_API = {
@@ -386,12 +387,6 @@ def stage_advice(stage: Stage, options_off: list[str]) -> StageAdvice:
     return StageAdvice(stage, False, False, f"{label} ({stage.op})")
 
 
-def advice(figures: JobFigures) -> list[StageAdvice]:
-    """One piece of advice per stage of the job's input pipeline, the problems first."""
-    found = [stage_advice(s, figures.options_off) for s in figures.stages]
-    return [a for a in found if a.problem] + [a for a in found if not a.problem]
-
-
 # Above this share of the measured time in Python (under one interpreter lock), Python sets the
 # pace of the input: parallelising the other stages cannot make it faster than Python runs.
 PYTHON_PACES = 0.5
@@ -418,7 +413,7 @@ def _input_bound(figures: JobFigures, wait: float) -> str:
             f"`{TUNE_COMMAND}` speeds up a sequential map, not Python (Dataset.from_generator, "
             f"tf.py_function) nor file reads one file at a time ({GUIDE})"
         )
-    found = advice(figures)
+    found = figures.advice
     python = _python_paces(figures)
     if python:
         return (
@@ -491,9 +486,9 @@ class MeasuredRun:
             "cpu_s": self.cpu_s,
             "cpus": self.cpus,
             "cpu_utilisation": self.cpu_utilisation,
-            "figures": None if self.figures is None else self.figures.to_dict(),
+            "figures": None if self.figures is None else jsondoc.document(self.figures),
             "diagnosis": None if self.figures is None else diagnosis(self.figures),
-            "advice": [] if self.figures is None else [a.to_dict() for a in advice(self.figures)],
+            "advice": [] if self.figures is None else [jsondoc.document(a) for a in self.figures.advice],
         }
 
 

@@ -85,7 +85,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache, lru_cache
 from statistics import NormalDist
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, PlainSerializer, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
 
@@ -396,7 +399,21 @@ _fewest_blocks = min_blocks  # design()'s argument of that name hides the functi
 # -- the analysis at a look ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+def _json_pair(pair: tuple[float, float]) -> list[float | None]:
+    """JSON has no infinity: an unbounded end is null."""
+    return [v if math.isfinite(v) and v > 0 else None for v in pair]
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+Bounds = Annotated[tuple[float, float], PlainSerializer(_json_pair)]
+
+
+# An estimate is its own document (verify's "estimate"): a pydantic dataclass, its fields in the
+# order the document writes them.
+@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
 class Estimate:
     """B against A after n blocks. `verdict` describes the interval `ci` (at the design's per-look
     level); only a `decided` estimate is the design's answer (a planned look that is significant or
@@ -404,32 +421,19 @@ class Estimate:
 
     verdict: str  # stats.FASTER: B is faster than A; stats.SLOWER; stats.SAME
     ratio: float  # B/A: exp(Hodges-Lehmann estimate of d)
-    ci: tuple[float, float]  # B/A at `level`; 0.0 or inf at an end when the blocks are too few
+    ci: Bounds  # B/A at `level`; 0.0 or inf at an end when the blocks are too few
     level: float
-    ci95: tuple[float, float]  # B/A at 0.95, not adjusted for the looks: for reading the magnitude
+    ci95: Bounds  # B/A at 0.95, not adjusted for the looks: for reading the magnitude
     n: int
-    half_width_pct: float  # of `ci`, percent of the ratio (see half_width_pct())
+    # Of `ci`, percent of the ratio (see half_width_pct()).
+    half_width_pct: Annotated[float, PlainSerializer(_json_number)]
     decided: bool
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "ratio": self.ratio,
-            "ci": _json_pair(self.ci),
-            "level": self.level,
-            "ci95": _json_pair(self.ci95),
-            "n": self.n,
-            "half_width_pct": self.half_width_pct if math.isfinite(self.half_width_pct) else None,
-            "decided": self.decided,
-            "reason": self.reason,
-            "method": METHOD,
-        }
-
-
-def _json_pair(pair: tuple[float, float]) -> list[float | None]:
-    """JSON has no infinity: an unbounded end is null."""
-    return [v if math.isfinite(v) and v > 0 else None for v in pair]
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def method(self) -> str:
+        return METHOD
 
 
 def _verdict(log_ci: tuple[float, float]) -> str:

@@ -37,9 +37,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import ConfigDict, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent import bench
 from nodeagent.bench import data, stats
+from nodeagent.core import jsondoc
 from nodeagent.core.errors import UsageError
 from nodeagent.facts import cgroup
 from nodeagent.host import LocalHost
@@ -250,7 +253,9 @@ class ConfigResult:
         return doc
 
 
-@dataclass(frozen=True)
+# The bound is its own document (the bench report's "bound"): a pydantic dataclass, the tighter
+# value after the two it is taken from.
+@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
 class Bound:
     """The throughput the pipeline cannot beat, two ways (images/s)."""
 
@@ -258,15 +263,13 @@ class Bound:
     cpu_budget: float | None  # usable CPUs / (CPU-s per image of input + of compute)
     cpus: int | None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def value(self) -> float | None:
         """The tighter of the two: both hold at once (each stage alone has every CPU; together
         they share them), so a config can reach at most the smaller."""
         known = [b for b in (self.stage, self.cpu_budget) if b is not None]
         return min(known) if known else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "cpu_budget": self.cpu_budget, "cpus": self.cpus, "value": self.value}
 
 
 @dataclass
@@ -288,7 +291,7 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "configs": {n: c.to_dict() for n, c in self.configs.items()},
-            "bound": self.bound.to_dict(),
+            "bound": jsondoc.document(self.bound),
             "verdict": self.verdicts,
             "quick": self.quick,
             "duration_s": self.duration_s,

@@ -39,7 +39,7 @@ import random
 import statistics
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 FASTER = "faster"
@@ -152,18 +152,6 @@ class Comparison:
     a: Summary
     b: Summary
     reason: str = ""  # why the verdict is what it is, in words
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "ratio": self.ratio,
-            "ratio_ci95": list(self.ratio_ci95),
-            "reason": self.reason,
-            "a": self.a.to_dict(),
-            "b": self.b.to_dict(),
-            "notes": list(self.notes),
-        }
 
 
 def compare(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nodeagent.bench.measure import INPUT_BOUND, MeasuredRun, advice, diagnosis
+from nodeagent.bench.measure import INPUT_BOUND, MeasuredRun, diagnosis
 from nodeagent.render.literal import one_line
 
 PREFIX = "nodeagent measure:"
@@ -36,7 +36,7 @@ def lines(run: MeasuredRun) -> list[str]:
     wait = figures.input_wait_fraction
     if figures.steps_per_s is not None and (wait is None or wait > INPUT_BOUND):
         # The op names and details come from the job's own files: one line each, whatever they hold.
-        out.extend(f"{PREFIX} input stage: {one_line(a.text)}" for a in advice(figures))
+        out.extend(f"{PREFIX} input stage: {one_line(a.text)}" for a in figures.advice)
     out.append(f"{PREFIX} {_resources(run)}")
     out.extend(f"{PREFIX} skipped {reason}" for reason in figures.skipped)
     return out

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from nodeagent.bench import measure
+from nodeagent.core import jsondoc
 from nodeagent.hooks import _nodeagent_measure as hook
 from nodeagent.render import measure as measure_text
 from tests.support.measure_files import write_measurement
@@ -140,10 +141,10 @@ def test_tf_data_is_recommended_only_where_its_options_can_help(name: str) -> No
 
 
 def test_python_stages_say_what_can_help_instead() -> None:
-    (generator, *_) = measure.advice(_figures("generator"))
+    (generator, *_) = _figures("generator").advice
     assert generator.problem and not generator.tunable
     assert "cannot run Python in parallel" in generator.text and "TFRecord" in generator.text
-    (function, *_) = measure.advice(_figures("py-function"))
+    (function, *_) = _figures("py-function").advice
     assert function.problem and not function.tunable and "tf.py_function" in function.text
     assert "tf.data's options cannot speed up the stages holding it back" in measure.diagnosis(
         _figures("py-function")
@@ -151,7 +152,7 @@ def test_python_stages_say_what_can_help_instead() -> None:
 
 
 def test_a_sequential_read_needs_code_and_a_sequential_decode_the_tuner() -> None:
-    read, decode, *rest = measure.advice(_figures("tfrecord-sequential"))
+    read, decode, *rest = _figures("tfrecord-sequential").advice
     assert (read.stage.kind, read.problem, read.tunable) == ("file-read", True, False)
     assert "num_parallel_reads" in read.text and "interleave" in read.text
     assert (decode.stage.kind, decode.problem, decode.tunable) == ("decode", True, True)
@@ -159,13 +160,13 @@ def test_a_sequential_read_needs_code_and_a_sequential_decode_the_tuner() -> Non
 
 
 def test_a_stateful_map_or_options_the_program_set_keep_the_tuner_out() -> None:
-    (stateful, _) = measure.advice(_figures("stateful-map-options-off"))
+    (stateful, _) = _figures("stateful-map-options-off").advice
     assert stateful.problem and not stateful.tunable and "stateless" in stateful.text
-    (turned_off, *_) = measure.advice(_figures("sequential-map", options_off=["map_parallelization"]))
+    (turned_off, *_) = _figures("sequential-map", options_off=["map_parallelization"]).advice
     assert (
         turned_off.problem and not turned_off.tunable and "turned map_parallelization off" in turned_off.text
     )
-    found = measure.advice(_figures("sequential-map", options_off=["inject_prefetch"]))
+    found = _figures("sequential-map", options_off=["inject_prefetch"]).advice
     assert [a.stage.kind for a in found] == ["map", "prefetch", "batch"]  # the problems first
     assert found[1].problem and ".prefetch(tf.data.AUTOTUNE)" in found[1].text
 
@@ -190,7 +191,7 @@ def test_python_that_sets_the_pace_keeps_the_tuner_out_even_beside_a_sequential_
 
 
 def test_a_parallel_pipeline_has_no_problem_and_no_tuning() -> None:
-    found = measure.advice(_figures("tfrecord-parallel"))
+    found = _figures("tfrecord-parallel").advice
     assert not any(a.problem or a.tunable for a in found)
     assert "every stage found already runs in parallel" in measure.diagnosis(_figures("tfrecord-parallel"))
 
@@ -201,7 +202,7 @@ def test_an_unread_pipeline_is_unknown_with_its_reason_and_no_guess() -> None:
     )
     found = measure.diagnosis(figures)
     assert "the input pipeline could not be read (a tf.distribute iterator)" in found
-    assert TUNE not in found and measure.advice(figures) == []
+    assert TUNE not in found and figures.advice == []
 
 
 def test_the_summary_lists_the_stages_problems_first_when_input_bound() -> None:
@@ -252,7 +253,7 @@ def test_read_takes_the_stages_from_the_measurement_files(tmp_path: Path) -> Non
     assert [s.kind for s in figures.stages] == ["python-generator", "batch", "prefetch"]
     (skipped,) = figures.skipped
     assert skipped.startswith(f"{tmp_path / '3.json'}: pipeline.stages.0.kind: Input should be")
-    doc = figures.to_dict()
+    doc = jsondoc.document(figures)
     assert doc["stages"][0]["op"] == "GeneratorDataset"
     assert doc["advice"][0]["stage"]["kind"] == "python-generator" and doc["advice"][0]["tunable"] is False
     run_doc = measure.MeasuredRun(0, 10.0, 5.0, 2, figures).to_dict()

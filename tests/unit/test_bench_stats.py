@@ -160,9 +160,3 @@ def test_too_few_measurements_never_significant() -> None:
     assert c.verdict == SAME
     assert "too few" in c.reason
     assert c.ratio == pytest.approx(2.0, rel=0.01)
-
-
-def test_comparison_to_dict() -> None:
-    doc = compare([noisy(130, 6, 0.02, 1)], [noisy(100, 6, 0.02, 2)]).to_dict()
-    assert doc["verdict"] == FASTER
-    assert set(doc) >= {"verdict", "ratio", "ratio_ci95", "reason", "a", "b"}
