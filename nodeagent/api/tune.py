@@ -35,6 +35,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.api.check import make_params
 from nodeagent.core import parse
+from nodeagent.core.document import is_empty, is_none
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host
@@ -48,14 +49,6 @@ class Scope(enum.Enum):
     BOOT = "boot"  # kernel command line: advice only, never written
     PROCESS = "process"  # environment and launcher settings of the training job (the profile)
     CODE = "code"  # a snippet for the user's input pipeline (kept in the profile, printed)
-
-
-def _empty(value: object) -> bool:
-    return not value
-
-
-def _none(value: object) -> bool:
-    return value is None
 
 
 # Changes and plans are the tune document's objects: pydantic dataclasses, so that the document is
@@ -95,11 +88,11 @@ class Change:
     after: str
     scope: Scope
     why: str
-    writes: tuple[Write, ...] = Field(default=(), exclude_if=_empty)
-    profile_key: str | None = Field(default=None, exclude_if=_none)
-    value: Any = Field(default=None, exclude_if=_none)
-    answers: tuple[str, ...] = Field(default=(), exclude_if=_empty)
-    asked: str | None = Field(default=None, exclude_if=_none)
+    writes: tuple[Write, ...] = Field(default=(), exclude_if=is_empty)
+    profile_key: str | None = Field(default=None, exclude_if=is_none)
+    value: Any = Field(default=None, exclude_if=is_none)
+    answers: tuple[str, ...] = Field(default=(), exclude_if=is_empty)
+    asked: str | None = Field(default=None, exclude_if=is_none)
 
     @property
     def is_noop(self) -> bool:
@@ -119,7 +112,7 @@ class Plan:
     changes: list[Change] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict, exclude=True)
-    declined: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
+    declined: dict[str, str] = Field(default_factory=dict, exclude_if=is_empty)
 
     @model_serializer(mode="wrap")
     def _with_details(self, fields: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import job_process, measure, metric, paired, run, stats
-from nodeagent.core import jsondoc, limits
+from nodeagent.core import document, limits
 
 A, B = "A", "B"
 EXIT_FASTER, EXIT_NOT_FASTER, EXIT_FAILED = 0, 1, 2
@@ -120,7 +120,7 @@ class Block:
             "ratio": None if self.value is None else math.exp(self.value),
             "disturbed": self.disturbed,
             "counted": self.counted,
-            "trials": [jsondoc.document(t) for t in self.trials],
+            "trials": [document.dump(t) for t in self.trials],
         }
 
 
@@ -180,7 +180,7 @@ class ABResult:
             "metric": self.metric,
             "verdict": self.verdict,
             "exit_code": self.exit_code,
-            "estimate": None if self.estimate is None else jsondoc.document(self.estimate),
+            "estimate": None if self.estimate is None else document.dump(self.estimate),
             "pairs": self.pairs,
             "disturbed_blocks": self.disturbed,
             "stopped": self.stopped,

@@ -42,7 +42,7 @@ from pydantic import (
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import run
-from nodeagent.core import jsondoc, limits
+from nodeagent.core import document, limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import launcher
 
@@ -486,9 +486,9 @@ class MeasuredRun:
             "cpu_s": self.cpu_s,
             "cpus": self.cpus,
             "cpu_utilisation": self.cpu_utilisation,
-            "figures": None if self.figures is None else jsondoc.document(self.figures),
+            "figures": None if self.figures is None else document.dump(self.figures),
             "diagnosis": None if self.figures is None else diagnosis(self.figures),
-            "advice": [] if self.figures is None else [jsondoc.document(a) for a in self.figures.advice],
+            "advice": [] if self.figures is None else [document.dump(a) for a in self.figures.advice],
         }
 
 

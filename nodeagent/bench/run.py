@@ -42,7 +42,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent import bench
 from nodeagent.bench import data, stats
-from nodeagent.core import jsondoc
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.facts import cgroup
 from nodeagent.host import LocalHost
@@ -291,7 +291,7 @@ class BenchResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "configs": {n: c.to_dict() for n, c in self.configs.items()},
-            "bound": jsondoc.document(self.bound),
+            "bound": document.dump(self.bound),
             "verdict": self.verdicts,
             "quick": self.quick,
             "duration_s": self.duration_s,

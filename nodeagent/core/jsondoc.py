@@ -6,8 +6,6 @@ The text is parsed by the standard library (nodeagent.core.limits.loads_json: th
 and the model validates the Python values it gives, so what loads is exactly what json.loads reads.
 A pydantic error location (or any path of keys and indexes) is turned back into the line that
 wrote it by walking the text's structure (`line_at`); the first error by line is reported.
-
-`document` goes the other way: a pydantic dataclass as the JSON document it declares.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import Loc, format_loc
 
-__all__ = ["JsonDocument", "Wording", "document", "expect", "line_at", "parse_json", "read_json"]
+__all__ = ["JsonDocument", "Wording", "expect", "line_at", "parse_json", "read_json"]
 
 T = TypeVar("T")
 
@@ -123,20 +121,6 @@ def parse_json(text: str, source: str, wording: Wording) -> JsonDocument:
             f"{wording.again}"
         )
     return JsonDocument(source, text, data, wording)
-
-
-@functools.cache
-def _adapter(kind: type[object]) -> TypeAdapter[Any]:
-    return TypeAdapter(kind)
-
-
-def document(value: object) -> dict[str, Any]:
-    """A pydantic dataclass as the document it declares: its fields in order under their
-    serialization aliases, its computed fields after them, without the excluded ones."""
-    # A class is hashable; mypy's Hashable protocol does not see it through type[object].
-    adapter = _adapter(type(value))  # type: ignore[arg-type]
-    dumped: dict[str, Any] = adapter.dump_python(value, mode="json", by_alias=True)
-    return dumped
 
 
 # --- Errors in words --------------------------------------------------------------------------------

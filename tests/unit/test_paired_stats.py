@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from nodeagent.bench import paired
 from nodeagent.bench.paired import Design, analyse, critical_count, design, estimate, signed_rank_cdf
 from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
-from nodeagent.core import jsondoc
+from nodeagent.core import document
 
 # -- published values ---------------------------------------------------------------------------
 
@@ -378,7 +378,7 @@ def test_too_few_blocks_for_the_level_give_an_unbounded_interval() -> None:
     des = design(200)
     e = analyse([0.1, 0.2, 0.3], des)
     assert e.ci == (0.0, math.inf) and not e.decided and e.verdict == SAME
-    doc = jsondoc.document(e)
+    doc = document.dump(e)
     assert doc["ci"] == [None, None] and doc["half_width_pct"] is None
     json.dumps(doc, allow_nan=False)
     assert "interval unbounded" in e.reason
@@ -392,7 +392,7 @@ def test_more_blocks_than_the_limit_is_an_error() -> None:
 def test_the_estimate_document_is_plain_json() -> None:
     rng = random.Random(1)
     e = analyse([rng.gauss(0.1, 0.1) for _ in range(14)], design(200))
-    doc = json.loads(json.dumps(jsondoc.document(e), allow_nan=False))
+    doc = json.loads(json.dumps(document.dump(e), allow_nan=False))
     assert doc["verdict"] == e.verdict and doc["n"] == 14 and doc["method"] == paired.METHOD
     assert doc["ci"] == list(e.ci) and doc["ci95"] == list(e.ci95)
 
