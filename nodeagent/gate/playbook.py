@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from nodeagent import checks, tuners
 from nodeagent.compare.values import Value
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.core.yamldoc import (
     Document,
@@ -93,7 +94,7 @@ class Playbook:
             "fail_on": self.fail_on,
             "lost_hardware": self.lost_hardware,
             "checks": _entries(self.checks, self.check_params),
-            "thresholds": [t.to_dict() for t in self.thresholds],
+            "thresholds": [document.dump(t) for t in self.thresholds],
             "tuners": _entries(self.tuners, self.tuner_params),
             "bench": dataclasses.asdict(self.bench),
         }

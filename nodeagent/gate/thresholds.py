@@ -35,11 +35,14 @@ import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.compare import hardware
 from nodeagent.compare.values import Value, unrecorded_place
+from nodeagent.core.document import is_empty, is_none
 from nodeagent.core.finding import Finding, Status
 
 CHECK_ID = "playbook"
@@ -53,20 +56,23 @@ _PLAIN_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", re.ASCII)
 _SUMMARY_VALUE_CHARS = 80
 
 
-@dataclass(frozen=True)
+# A threshold is its part of the resolved playbook (`playbooks show`): a pydantic dataclass, its
+# conditions in the order the file writes them, those not asked for left out.
+@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
 class Threshold:
     """`value` must be >= min, <= max, equal `equals`, be one of `one_of` (those given; at least
     one is). None means "no such condition": a threshold cannot ask for a value to be null, since
     a null value is one the node does not have (SKIPPED)."""
 
     value: str
-    min: float | None = None
-    max: float | None = None
-    equals: Value = None
-    one_of: tuple[Value, ...] | None = None
+    min: float | None = Field(default=None, exclude_if=is_none)
+    max: float | None = Field(default=None, exclude_if=is_none)
+    equals: Value = Field(default=None, exclude_if=is_none)
+    one_of: tuple[Value, ...] | None = Field(default=None, exclude_if=is_none)
     severity: str = "fail"  # "warn" | "fail"
-    why: str = ""
-    missing: str | None = None  # "fail" | "warn" | "skip"; None: as the severity, "skip" for warn
+    # "fail" | "warn" | "skip"; None: as the severity, "skip" for warn
+    missing: str | None = Field(default=None, exclude_if=is_none)
+    why: str = Field(default="", exclude_if=is_empty)
 
     @property
     def when_missing(self) -> str:
@@ -103,20 +109,6 @@ class Threshold:
         if self.equals is not None and not same(value, self.equals):
             return False
         return self.one_of is None or any(same(value, v) for v in self.one_of)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"value": self.value}
-        for name in ("min", "max", "equals"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        if self.one_of is not None:
-            out["one_of"] = list(self.one_of)
-        out["severity"] = self.severity
-        if self.missing is not None:
-            out["missing"] = self.missing
-        if self.why:
-            out["why"] = self.why
-        return out
 
 
 def as_number(value: Value) -> int | float | None:
