@@ -150,4 +150,5 @@ def journals_sheet(journals: Sequence[Journal]) -> Sheet:
 
 
 def journals_document(journals: Sequence[Journal]) -> dict[str, Any]:
-    return {"journals": [j.to_dict() for j in journals]}
+    """`revert --list --format json`: each journal's file as it is, and where it is."""
+    return {"journals": [j.document() | {"file": str(j.path)} for j in journals]}

@@ -18,14 +18,15 @@ import errno
 import json
 import secrets
 import time
-from dataclasses import asdict, field
+from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, StrictInt, StrictStr, TypeAdapter
+from pydantic import AfterValidator, ConfigDict, Field, StrictInt, StrictStr, TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from nodeagent.core import jsondoc, limits
+from nodeagent.core.document import dump
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning.state import StateDiskError, lock, state_dir, write_atomic
 
@@ -93,17 +94,14 @@ class Journal:
     # lock): what `revert --all` goes by, newest first. 0 in journals older than it.
     seq: StrictInt = 0
     # Where the journal is kept: not part of the document (`load` refuses a "path" field in it).
-    path: Path = field(default=Path(), repr=False)
+    path: Path = Field(default=Path(), repr=False, exclude=True)
 
     def save(self) -> None:
         write_atomic(self.path, json.dumps(self.document(), indent=2) + "\n")
 
     def document(self) -> dict[str, Any]:
         """What the journal file holds."""
-        return {k: v for k, v in asdict(self).items() if k != "path"}
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.document() | {"file": str(self.path)}
+        return dump(self)
 
 
 _DOCUMENT = TypeAdapter(Journal)
