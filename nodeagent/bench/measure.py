@@ -23,10 +23,10 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -36,13 +36,11 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
-    computed_field,
     model_validator,
 )
-from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import run
-from nodeagent.core import document, limits
+from nodeagent.core import limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning import launcher
 
@@ -80,17 +78,11 @@ def hook_env(environ: Mapping[str, str], folder: Path, every_s: float | None = N
 # -- the figures ---------------------------------------------------------------------------------
 
 
-# The job's figures and the advice on its stages are documents (`bench --exec`, verify's trials): pydantic
-# dataclasses, their fields in the order the documents write them.
-_DOCUMENT = ConfigDict(defer_build=True)
-
-
-@pydantic_dataclass(config=_DOCUMENT)
+@dataclass
 class JobFigures:
     """One job's figures, combined over its processes (`read`). steps_per_s is None when no
     process measured a step after its warm-up; input_wait_fraction is None when any measured
-    process could not see its input wait, and input_wait_unknown then says why. Its document ends
-    with the advice on its stages."""
+    process could not see its input wait, and input_wait_unknown then says why."""
 
     steps_per_s: float | None
     input_wait_fraction: float | None
@@ -101,15 +93,14 @@ class JobFigures:
     source: str
     steps: int = 0
     seconds: float = 0.0  # the longest process's measured span
-    skipped: list[str] = Field(default_factory=list)  # files that could not be read, and why
-    stages: list[Stage] = Field(default_factory=list)  # the input pipeline, source first
-    options_off: list[str] = Field(default_factory=list)  # tf-data tuner options the job turned off
+    skipped: list[str] = field(default_factory=list)  # files that could not be read, and why
+    stages: list[Stage] = field(default_factory=list)  # the input pipeline, source first
+    options_off: list[str] = field(default_factory=list)  # tf-data tuner options the job turned off
     pipeline_unknown: str | None = "not described"  # why there are no stages
     # The share of the measured time spent in Python functions tf.data called (a generator,
     # tf.py_function), over all threads; None where a process did not time it.
     python_fraction: float | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
     @property
     def advice(self) -> list[StageAdvice]:
         """One piece of advice per stage of the input pipeline, the problems first."""
@@ -261,7 +252,7 @@ def _pipeline(processes: list[_Process]) -> tuple[list[Stage], list[str], str | 
 # -- what can help each stage --------------------------------------------------------------------
 
 
-@pydantic_dataclass(frozen=True, config=_DOCUMENT)
+@dataclass(frozen=True)
 class StageAdvice:
     """What can speed one stage up: `problem` when it can hold the input back as written (Python,
     a sequential read or map), `tunable` when the tf-data tuner's options can speed it up."""
@@ -478,18 +469,6 @@ class MeasuredRun:
         if self.wall_s <= 0 or self.cpus <= 0:
             return None
         return self.cpu_s / self.wall_s / self.cpus
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "exit_code": self.exit_code,
-            "wall_s": self.wall_s,
-            "cpu_s": self.cpu_s,
-            "cpus": self.cpus,
-            "cpu_utilisation": self.cpu_utilisation,
-            "figures": None if self.figures is None else document.dump(self.figures),
-            "diagnosis": None if self.figures is None else diagnosis(self.figures),
-            "advice": [] if self.figures is None else [document.dump(a) for a in self.figures.advice],
-        }
 
 
 def shell_exit_code(returncode: int) -> int:
