@@ -26,7 +26,6 @@ from pydantic import AfterValidator, ConfigDict, Field, StrictInt, StrictStr, Ty
 from pydantic.dataclasses import dataclass
 
 from nodeagent.core import jsondoc, limits
-from nodeagent.core.document import dump
 from nodeagent.core.errors import UsageError
 from nodeagent.tuning.state import StateDiskError, lock, state_dir, write_atomic
 
@@ -101,7 +100,8 @@ class Journal:
 
     def document(self) -> dict[str, Any]:
         """What the journal file holds."""
-        return dump(self)
+        dumped: dict[str, Any] = _DOCUMENT.dump_python(self, mode="json")
+        return dumped
 
 
 _DOCUMENT = TypeAdapter(Journal)
