@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import fnmatch
-import functools
 import posixpath
 import re
 import typing
@@ -30,12 +29,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.api.check import make_params
 from nodeagent.core import parse
-from nodeagent.core.document import is_empty, is_none
+from nodeagent.core.document import LATE, dump, is_empty, is_none
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host
@@ -53,12 +52,9 @@ class Scope(enum.Enum):
 
 # Changes and plans are the tune document's objects: pydantic dataclasses, so that the document is
 # their declaration (fields in the order it writes them; what a change does not use is left out).
-# Their validators are built when the first is made: commands that only import the tuners (a
-# preflight loading a playbook, which names them) do not pay for it.
-_LATE = ConfigDict(defer_build=True)
 
 
-@pydantic_dataclass(frozen=True, config=_LATE)
+@pydantic_dataclass(frozen=True, config=LATE)
 class Write:
     """One file a runtime change writes, with the value it held before."""
 
@@ -67,7 +63,7 @@ class Write:
     after: str
 
 
-@pydantic_dataclass(frozen=True, config=_LATE)
+@pydantic_dataclass(frozen=True, config=LATE)
 class Change:
     """One planned change, as a person reads it in the plan.
 
@@ -101,7 +97,7 @@ class Change:
         )
 
 
-@pydantic_dataclass(frozen=True, config=_LATE)
+@pydantic_dataclass(frozen=True, config=LATE)
 class Plan:
     """What one tuner would do. `notes` say why nothing (or less) is planned; `declined` maps each
     check finding ("check/subject", as in Change.answers) the tuner could answer but leaves to why
@@ -120,15 +116,9 @@ class Plan:
         return out | self.details
 
 
-@functools.cache
-def _plans() -> TypeAdapter[list[Plan]]:
-    return TypeAdapter(list[Plan])
-
-
 def plan_documents(plans: Sequence[Plan]) -> list[dict[str, Any]]:
     """The plans as the tune document holds them."""
-    dumped: list[dict[str, Any]] = _plans().dump_python(list(plans), mode="json")
-    return dumped
+    return [dump(p) for p in plans]
 
 
 def finding_key(check_id: str, subject: str) -> str:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Annotated, Any, Protocol
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import job_process, measure, metric, paired, run, stats
@@ -84,7 +84,7 @@ class Side:
 
 # A trial is its own document (the verify report's "trials"): a pydantic dataclass, its fields in the
 # order the report writes them.
-@pydantic_dataclass(config=ConfigDict(defer_build=True))
+@pydantic_dataclass(config=document.LATE)
 class Trial:
     number: Annotated[int, Field(serialization_alias="trial")]  # 1, 2, ... in the order run
     block: int

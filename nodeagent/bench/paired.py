@@ -87,10 +87,11 @@ from functools import cache, lru_cache
 from statistics import NormalDist
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, PlainSerializer, computed_field
+from pydantic import PlainSerializer, computed_field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
+from nodeagent.core.document import LATE
 
 ALPHA = 0.05  # the probability of any false "faster" or "slower" over a whole run
 READING_LEVEL = 0.95  # the unadjusted interval reported for reading the magnitude
@@ -413,7 +414,7 @@ Bounds = Annotated[tuple[float, float], PlainSerializer(_json_pair)]
 
 # An estimate is its own document (verify's "estimate"): a pydantic dataclass, its fields in the
 # order the document writes them.
-@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
+@pydantic_dataclass(frozen=True, config=LATE)
 class Estimate:
     """B against A after n blocks. `verdict` describes the interval `ci` (at the design's per-look
     level); only a `decided` estimate is the design's answer (a planned look that is significant or

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pydantic import ConfigDict, computed_field
+from pydantic import computed_field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent import bench
@@ -255,7 +255,7 @@ class ConfigResult:
 
 # The bound is its own document (the bench report's "bound"): a pydantic dataclass, the tighter
 # value after the two it is taken from.
-@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
+@pydantic_dataclass(frozen=True, config=document.LATE)
 class Bound:
     """The throughput the pipeline cannot beat, two ways (images/s)."""
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
-__all__ = ["dump", "is_empty", "is_none"]
+__all__ = ["LATE", "dump", "is_empty", "is_none"]
+
+# The config of these dataclasses: their validators are built when the first object is made, so
+# that a command that only imports them (a preflight loading a playbook imports the tuners and
+# their plans) does not pay for building them.
+LATE = ConfigDict(defer_build=True)
 
 
 @functools.cache

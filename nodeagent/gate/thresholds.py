@@ -37,12 +37,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.compare import hardware
 from nodeagent.compare.values import Value, unrecorded_place
-from nodeagent.core.document import is_empty, is_none
+from nodeagent.core.document import LATE, is_empty, is_none
 from nodeagent.core.finding import Finding, Status
 
 CHECK_ID = "playbook"
@@ -58,7 +58,7 @@ _SUMMARY_VALUE_CHARS = 80
 
 # A threshold is its part of the resolved playbook (`playbooks show`): a pydantic dataclass, its
 # conditions in the order the file writes them, those not asked for left out.
-@pydantic_dataclass(frozen=True, config=ConfigDict(defer_build=True))
+@pydantic_dataclass(frozen=True, config=LATE)
 class Threshold:
     """`value` must be >= min, <= max, equal `equals`, be one of `one_of` (those given; at least
     one is). None means "no such condition": a threshold cannot ask for a value to be null, since
