@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nodeagent.bench import run as bench_run
+from nodeagent.core.document import dump
 from nodeagent.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def run(
 
 def document(result: BenchResult) -> dict[str, Any]:
     """A benchmark as a run document (the report schema): no checks, the bench."""
-    bench = result.to_dict()
+    bench = dump(result)
     return {
         "host": socket.gethostname(),
         "status": "OK" if all(c["status"] != "failed" for c in bench["configs"].values()) else "FAIL",

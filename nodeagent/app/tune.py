@@ -16,6 +16,7 @@ from nodeagent.api.tune import plan_documents, share_layout
 from nodeagent.app.bench import need_tensorflow
 from nodeagent.bench import verify as judged
 from nodeagent.bench.verify import stepwise_story
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import documents, worst
 from nodeagent.host import open_host
@@ -132,7 +133,7 @@ class TuneRun:
             doc["profile"] = str(self.applied.profile_path) if self.applied.profile_path else None
             doc["verify"] = documents(self.applied.findings)
         if self.checked is not None:
-            doc["verify"] = self.checked.to_dict()
+            doc["verify"] = document.dump(self.checked)
         if self.persisting is not None:
             doc["persist"] = self.persisting.to_dict()
         doc["story"] = self.story

@@ -48,11 +48,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated, Any, Protocol
 
-from pydantic import Field
+from pydantic import Field, computed_field, field_serializer
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import job_process, measure, metric, paired, run, stats
@@ -100,12 +100,14 @@ class Trial:
     leftovers: list[str] = Field(default_factory=list)  # processes it left running, stopped
 
 
-@dataclass
-class Block:
-    number: int
+@pydantic_dataclass(config=document.LATE)
+class Block(document.InKeyOrder):
+    document_keys = ("block", "order", "ratio", "disturbed", "counted", "trials")
+
+    number: Annotated[int, Field(serialization_alias="block")]
     order: tuple[str, str]
-    trials: list[Trial] = field(default_factory=list)
-    value: float | None = None  # log(B/A); the median over the block's pairs
+    trials: list[Trial] = Field(default_factory=list)
+    value: Annotated[float | None, Field(exclude=True)] = None  # log(B/A); the median over the block's pairs
     disturbed: str | None = None
     counted: bool = True
 
@@ -113,15 +115,15 @@ class Block:
     def error(self) -> str | None:
         return next((t.error for t in self.trials if t.error), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "block": self.number,
-            "order": "".join(self.order),
-            "ratio": None if self.value is None else math.exp(self.value),
-            "disturbed": self.disturbed,
-            "counted": self.counted,
-            "trials": [document.dump(t) for t in self.trials],
-        }
+    @field_serializer("order")
+    def _sides(self, order: tuple[str, str]) -> str:
+        return "".join(order)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ratio(self) -> float | None:
+        """Rate B / rate A."""
+        return None if self.value is None else math.exp(self.value)
 
 
 TrialFn = Callable[[Trial], None]
@@ -139,8 +141,25 @@ class Workload(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass
-class ABResult:
+@pydantic_dataclass(config=document.LATE)
+class ABResult(document.InKeyOrder):
+    document_keys = (
+        "workload",
+        "metric",
+        "verdict",
+        "exit_code",
+        "estimate",
+        "pairs",
+        "disturbed_blocks",
+        "stopped",
+        "failed",
+        "undecided",
+        "wall_s",
+        "design",
+        "blocks",
+        "notes",
+    )
+
     workload: str  # the command as typed, or "built-in tf.data + XLA benchmark"
     metric: str
     design: paired.Design
@@ -149,9 +168,10 @@ class ABResult:
     stopped: str  # why the trials stopped
     failed: str | None
     wall_s: float
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     undecided: str | None = None  # the budget ended the trials before any pair counted: why
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> str:
         if self.failed is None and self.estimate is None and self.undecided is not None:
@@ -160,37 +180,22 @@ class ABResult:
             return FAILED
         return self.estimate.verdict
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
         if self.verdict == FAILED:
             return EXIT_FAILED
         return EXIT_FASTER if self.verdict == stats.FASTER else EXIT_NOT_FASTER
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def pairs(self) -> int:
         return sum(1 for b in self.blocks if b.counted and b.value is not None)
 
+    @computed_field(alias="disturbed_blocks")  # type: ignore[prop-decorator]
     @property
     def disturbed(self) -> int:
         return sum(1 for b in self.blocks if b.disturbed)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "workload": self.workload,
-            "metric": self.metric,
-            "verdict": self.verdict,
-            "exit_code": self.exit_code,
-            "estimate": None if self.estimate is None else document.dump(self.estimate),
-            "pairs": self.pairs,
-            "disturbed_blocks": self.disturbed,
-            "stopped": self.stopped,
-            "failed": self.failed,
-            "undecided": self.undecided,
-            "wall_s": self.wall_s,
-            "design": self.design.to_dict(),
-            "blocks": [b.to_dict() for b in self.blocks],
-            "notes": self.notes,
-        }
 
 
 # -- the sequential loop -------------------------------------------------------------------------

@@ -85,13 +85,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache, lru_cache
 from statistics import NormalDist
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import PlainSerializer, computed_field
+from pydantic import Field, PlainSerializer, computed_field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench.stats import FASTER, SAME, SLOWER, UNDECIDED
-from nodeagent.core.document import LATE
+from nodeagent.core.document import LATE, InKeyOrder
 
 ALPHA = 0.05  # the probability of any false "faster" or "slower" over a whole run
 READING_LEVEL = 0.95  # the unadjusted interval reported for reading the magnitude
@@ -276,17 +276,19 @@ def _rate(v: float, side: str) -> float:
 # -- the sequential design ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Design:
+@pydantic_dataclass(frozen=True, config=LATE)
+class Design(InKeyOrder):
     """When to analyse (numbers of blocks, increasing; the last is the limit), the total false-positive
     rate, the precision at which "not different" is decided (percent, or None: only at the limit),
     and how the rate is shared by the looks: `interim_alpha` for each interim look and the rest for
     the last (Haybittle-Peto), or None: evenly."""
 
+    document_keys = ("looks", "alpha", "levels", "sharing", "precision_pct")
+
     looks: tuple[int, ...]
     alpha: float = ALPHA
     precision_pct: float | None = None
-    interim_alpha: float | None = None
+    interim_alpha: Annotated[float | None, Field(exclude=True)] = None  # the document says "sharing"
 
     def __post_init__(self) -> None:
         if not self.looks or any(not isinstance(n, int) or n < 1 for n in self.looks):
@@ -334,14 +336,16 @@ class Design:
         """The first planned look after n blocks, None at or past the limit."""
         return next((look for look in self.looks if look > n), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "looks": list(self.looks),
-            "alpha": self.alpha,
-            "levels": [1 - a for a in self.alphas],
-            "sharing": "evenly" if self.interim_alpha is None else "Haybittle-Peto",
-            "precision_pct": self.precision_pct,
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def levels(self) -> list[float]:
+        """Each look's confidence level."""
+        return [1 - a for a in self.alphas]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sharing(self) -> str:
+        return "evenly" if self.interim_alpha is None else "Haybittle-Peto"
 
 
 def _looks(start: int, limit: int) -> tuple[int, ...]:

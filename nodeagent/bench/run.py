@@ -32,12 +32,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import psutil
-from pydantic import computed_field
+from pydantic import Field, computed_field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent import bench
@@ -93,10 +93,10 @@ class Sizes:
     steps: int  # per timed repeat
     repeats: int  # timed repeats per process
     processes: int  # fresh processes per config
-    timeout_s: float  # one worker process, wall clock
+    timeout_s: int  # one worker process, wall clock, in whole seconds
 
     @classmethod
-    def of(cls, s: bench.Sizes, processes: int, timeout_s: float, repeats: int | None = None) -> Sizes:
+    def of(cls, s: bench.Sizes, processes: int, timeout_s: int, repeats: int | None = None) -> Sizes:
         return cls(
             s.images,
             s.size,
@@ -192,13 +192,31 @@ class WorkerRun:
     discarded: str | None = None  # why its figures are left out (a busy machine), or None
 
 
-@dataclass
-class ConfigResult:
-    name: str
+@pydantic_dataclass(config=document.LATE)
+class ConfigResult(document.InKeyOrder):
+    """One config's processes and their summary; the bench report's entry for the config."""
+
+    document_keys = (
+        "status",
+        "images_per_s",
+        "input_wait_fraction",
+        "cpu_seconds_per_image",
+        "fraction_of_bound",
+        "diagnosis",
+        "interference",
+        "discarded",
+        "threads",
+        "tf_data_options",
+        "tf_version",
+        "reason",
+        "stderr_tail",
+    )
+
+    name: Annotated[str, Field(exclude=True)]  # the report's key for this entry
     status: str  # ok, failed, skipped
-    reason: str | None = None
-    runs: list[WorkerRun] = field(default_factory=list)
-    summary: stats.Summary | None = None
+    reason: Annotated[str | None, Field(exclude_if=document.is_empty)] = None
+    runs: Annotated[list[WorkerRun], Field(exclude=True)] = Field(default_factory=list)
+    summary: Annotated[stats.Summary | None, Field(exclude=True)] = None  # in images_per_s
     input_wait_fraction: float | None = None
     cpu_seconds_per_image: float | None = None
     fraction_of_bound: float | None = None
@@ -213,44 +231,64 @@ class ConfigResult:
         """Throughputs per process (of the processes kept)."""
         return [list(r.result["images_per_s"]) for r in self.kept if r.result]
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def images_per_s(self) -> dict[str, Any] | None:
+        """The summary with the figures it summarizes, all of them and per process."""
+        if self.summary is None:
+            return None
+        return document.dump(self.summary) | {
+            "samples": [v for g in self.groups for v in g],
+            "per_process": self.groups,
+        }
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def interference(self) -> float | None:
         """The most CPU other processes took during one of this config's kept processes (a share)."""
         known = [r.interference for r in self.kept if r.interference is not None]
         return max(known) if known else None
 
-    def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"status": self.status}
-        if self.summary is not None:
-            doc["images_per_s"] = self.summary.to_dict() | {
-                "samples": [v for g in self.groups for v in g],
-                "per_process": self.groups,
-            }
-        else:
-            doc["images_per_s"] = None
-        doc["input_wait_fraction"] = self.input_wait_fraction
-        doc["cpu_seconds_per_image"] = self.cpu_seconds_per_image
-        doc["fraction_of_bound"] = self.fraction_of_bound
-        doc["diagnosis"] = self.diagnosis
-        doc["interference"] = self.interference
-        doc["discarded"] = [
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def discarded(self) -> list[dict[str, Any]]:
+        """The processes left out, why, and their figures."""
+        return [
             {"reason": r.discarded, "images_per_s": r.result["images_per_s"] if r.result else None}
             for r in self.runs
             if r.discarded
         ]
-        first = next((r.result for r in self.runs if r.result), None)
-        if first is not None:
-            doc["threads"] = {
-                "intra_op": first.get("intra_op_threads"),
-                "inter_op": first.get("inter_op_threads"),
-            }
-            doc["tf_data_options"] = first.get("tf_data_options")
-            doc["tf_version"] = first.get("tf_version")
-        if self.reason:
-            doc["reason"] = self.reason
-        if self.status == FAILED:
-            doc["stderr_tail"] = next((r.stderr_tail for r in self.runs if r.error), "")
-        return doc
+
+    # What TensorFlow ran with, as the first process that gave a result says; absent when none did.
+    @property
+    def _first(self) -> dict[str, Any] | None:
+        return next((r.result for r in self.runs if r.result), None)
+
+    @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
+    @property
+    def threads(self) -> dict[str, Any] | None:
+        first = self._first
+        if first is None:
+            return None
+        return {"intra_op": first.get("intra_op_threads"), "inter_op": first.get("inter_op_threads")}
+
+    @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
+    @property
+    def tf_data_options(self) -> Any:
+        return None if self._first is None else self._first.get("tf_data_options")
+
+    @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
+    @property
+    def tf_version(self) -> str | None:
+        return None if self._first is None else self._first.get("tf_version")
+
+    @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
+    @property
+    def stderr_tail(self) -> str | None:
+        """A failed config's first error output; absent for the others."""
+        if self.status != FAILED:
+            return None
+        return next((r.stderr_tail for r in self.runs if r.error), "")
 
 
 # The bound is its own document (the bench report's "bound"): a pydantic dataclass, the tighter
@@ -272,35 +310,39 @@ class Bound:
         return min(known) if known else None
 
 
-@dataclass
-class BenchResult:
+@pydantic_dataclass(config=document.LATE)
+class BenchResult(document.InKeyOrder):
+    document_keys = (
+        "configs",
+        "bound",
+        "verdict",
+        "quick",
+        "duration_s",
+        "profile",
+        "sizes",
+        "data",
+        "input_bound_threshold",
+        "notes",
+    )
+
     configs: dict[str, ConfigResult]
     bound: Bound
-    verdicts: dict[str, dict[str, Any]]
+    verdicts: Annotated[dict[str, dict[str, Any]], Field(serialization_alias="verdict")]
     quick: bool
     duration_s: float
     sizes: Sizes
     profile: str | None
     data: str | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def failed(self) -> list[str]:
         return [n for n, c in self.configs.items() if c.status == FAILED]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "configs": {n: c.to_dict() for n, c in self.configs.items()},
-            "bound": document.dump(self.bound),
-            "verdict": self.verdicts,
-            "quick": self.quick,
-            "duration_s": self.duration_s,
-            "profile": self.profile,
-            "sizes": {k: getattr(self.sizes, k) for k in self.sizes.__dataclass_fields__},
-            "data": self.data,
-            "input_bound_threshold": INPUT_BOUND,
-            "notes": self.notes,
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def input_bound_threshold(self) -> float:
+        return INPUT_BOUND
 
 
 # -- command lines -------------------------------------------------------------------------------

@@ -40,7 +40,12 @@ import statistics
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
+
+from pydantic import Field, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from nodeagent.core.document import LATE, InKeyOrder
 
 FASTER = "faster"
 SLOWER = "slower"
@@ -106,29 +111,23 @@ def _bounds(sorted_values: list[float], level: float) -> tuple[float, float]:
     return sorted_values[k], sorted_values[n - 1 - k]
 
 
-@dataclass(frozen=True)
-class Summary:
+@pydantic_dataclass(frozen=True, config=LATE)
+class Summary(InKeyOrder):
     """The median of a throughput and its confidence interval."""
+
+    document_keys = ("median", "ci95", "half_width_pct", "n", "processes")
 
     median: float
     ci95: tuple[float, float]
     n: int  # values
-    groups: int  # processes they came from
+    groups: Annotated[int, Field(serialization_alias="processes")]  # processes they came from
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def half_width_pct(self) -> float:
         """Half the interval's width as a percentage of the median (3% is the target: a gain smaller
         than the interval cannot be shown)."""
         return (self.ci95[1] - self.ci95[0]) / 2 / self.median * 100
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "median": self.median,
-            "ci95": list(self.ci95),
-            "half_width_pct": self.half_width_pct,
-            "n": self.n,
-            "processes": self.groups,
-        }
 
 
 def summarize(samples: Groups, resamples: int = RESAMPLES, seed: int = SEED, level: float = LEVEL) -> Summary:

@@ -34,21 +34,23 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.bench import ab, measure, paired, run, stats
-from nodeagent.core import interrupt
+from nodeagent.core import document, interrupt
 from nodeagent.core.errors import UsageError
-from nodeagent.core.finding import Status, documents
+from nodeagent.core.finding import Finding, Status
 from nodeagent.tuning import apply, history, journal, launcher, prepared, profile, toggle
 from nodeagent.tuning.state import StateDiskError, write_atomic
 from nodeagent.tuning.story import restored
 
 if TYPE_CHECKING:
     from nodeagent.api.tune import Plan
-    from nodeagent.core.finding import Finding
     from nodeagent.host import Host
     from nodeagent.tuning.apply import ApplyResult, Verifier
     from nodeagent.tuning.journal import Journal
@@ -99,6 +101,11 @@ class Job:
     @property
     def builtin(self) -> bool:
         return self.command is None
+
+    @property
+    def document_command(self) -> list[str] | None:
+        """The command as reports write it (None: the built-in workload)."""
+        return None if self.command is None else list(self.command)
 
     def argv(self) -> list[str]:
         """The options of `tune --verify` that ask for this job (its command goes after `--`)."""
@@ -342,30 +349,28 @@ def _bounded(ci: tuple[float, float]) -> bool:
 # -- nodeagent verify ----------------------------------------------------------------------------
 
 
-@dataclass
-class ProfileVerdict:
+@pydantic_dataclass(config=document.LATE)
+class ProfileVerdict(document.InKeyOrder):
     """`nodeagent verify`: the trials of one profile, what was switched, and the history record."""
 
+    document_keys = ("profile", "command", "settings", "runtime", "history", "result")
+    document_inlined = "result"
+
     profile: str
-    job: Job
+    job: Annotated[Job, Field(exclude=True)]  # its command is in the document
     result: ab.ABResult
     settings: dict[str, Any]
     runtime: list[dict[str, str]]
-    history_file: Path | None = None
+    history_file: Annotated[Path | None, Field(serialization_alias="history")] = None
 
     @property
     def exit_code(self) -> int:
         return self.result.exit_code
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "profile": self.profile,
-            "command": list(self.job.command) if self.job.command is not None else None,
-            "settings": self.settings,
-            "runtime": self.runtime,
-            "history": None if self.history_file is None else str(self.history_file),
-            **self.result.to_dict(),
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def command(self) -> list[str] | None:
+        return self.job.document_command
 
 
 def profile_journals(profile_name: str) -> list[Journal]:
@@ -416,51 +421,60 @@ def verify_profile(
 # -- tune --apply --verify: one change at a time ---------------------------------------------------
 
 
-@dataclass
-class ChangeVerdict:
+@pydantic_dataclass(config=document.LATE)
+class ChangeVerdict(document.InKeyOrder):
     """One planned change (one tuner's plan) judged alone."""
+
+    document_keys = ("tuner", "decision", "journal", "settings", "runtime", "trials", "read_back", "revert")
 
     tuner: str
     decision: str  # kept, reverted, nothing to apply, not run
-    result: ab.ABResult | None = None
-    applied: ApplyResult | None = None
-    reverted: list[Finding] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
-    runtime: list[dict[str, str]] = field(default_factory=list)
+    result: Annotated[ab.ABResult | None, Field(serialization_alias="trials")] = None
+    applied: Annotated[apply.ApplyResult | None, Field(exclude=True)] = None  # its findings are read_back
+    reverted: Annotated[list[Finding], Field(serialization_alias="revert")] = Field(default_factory=list)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    runtime: list[dict[str, str]] = Field(default_factory=list)
 
     @property
     def journal(self) -> Journal | None:
         return None if self.applied is None else self.applied.journal
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tuner": self.tuner,
-            "decision": self.decision,
-            "journal": None if self.journal is None else self.journal.id,
-            "settings": self.settings,
-            "runtime": self.runtime,
-            "trials": None if self.result is None else self.result.to_dict(),
-            "read_back": [] if self.applied is None else documents(self.applied.findings),
-            "revert": documents(self.reverted),
-        }
+    @computed_field(alias="journal")  # type: ignore[prop-decorator]
+    @property
+    def journal_id(self) -> str | None:
+        return None if self.journal is None else self.journal.id
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def read_back(self) -> list[Finding]:
+        """The findings that read the change back after it was applied."""
+        return [] if self.applied is None else self.applied.findings
 
 
-@dataclass
-class StepwiseResult:
-    job: Job
+@pydantic_dataclass(config=document.LATE)
+class StepwiseResult(document.InKeyOrder):
+    document_keys = ("command", "exit_code", "kept", "changes", "wall_s", "history", "notes")
+
+    job: Annotated[Job, Field(exclude=True)]  # its command is in the document
     changes: list[ChangeVerdict]
     wall_s: float = 0.0
-    history_file: Path | None = None
-    notes: list[str] = field(default_factory=list)
+    history_file: Annotated[Path | None, Field(serialization_alias="history")] = None
+    notes: list[str] = Field(default_factory=list)
 
     @property
     def kept(self) -> list[ChangeVerdict]:
         return [c for c in self.changes if c.decision == KEPT]
 
+    @computed_field(alias="kept")  # type: ignore[prop-decorator]
+    @property
+    def kept_tuners(self) -> list[str]:
+        return [c.tuner for c in self.kept]
+
     @property
     def failed(self) -> ChangeVerdict | None:
         return next((c for c in self.changes if c.result is not None and c.result.verdict == ab.FAILED), None)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def exit_code(self) -> int:
         if self.failed is not None:
@@ -468,16 +482,10 @@ class StepwiseResult:
         judged = [c for c in self.changes if c.result is not None]
         return EXIT_KEPT if self.kept or not judged else EXIT_NONE_KEPT
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "command": list(self.job.command) if self.job.command is not None else None,
-            "exit_code": self.exit_code,
-            "kept": [c.tuner for c in self.kept],
-            "changes": [c.to_dict() for c in self.changes],
-            "wall_s": self.wall_s,
-            "history": None if self.history_file is None else str(self.history_file),
-            "notes": self.notes,
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def command(self) -> list[str] | None:
+        return self.job.document_command
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from nodeagent.cli.options import (
 from nodeagent.cli.preflight import register as register_gate_commands
 from nodeagent.cli.verify import metric_option, pairs_option, trial_timeout_option
 from nodeagent.cli.verify import register as register_verify_commands
-from nodeagent.core import interrupt, limits
+from nodeagent.core import document, interrupt, limits
 from nodeagent.core.errors import UsageError
 from nodeagent.tui import screen_table
 
@@ -675,7 +675,7 @@ def bench(
     if write_outputs(outputs, jsonout.document(benching.document(result))):
         pass  # an --output FORMAT:- is what standard output carries
     elif fmt == "json":
-        click.echo(jsonout.dumps(result.to_dict()))
+        click.echo(jsonout.dumps(document.dump(result)))
     else:
         print_table(result)
     sys.exit(1 if result.failed else 0)

@@ -7,6 +7,7 @@ import sys
 import click
 
 from nodeagent.cli.options import STATE_HELP, format_option, quiet_option
+from nodeagent.core import document
 
 pairs_option = click.option(
     "--pairs",
@@ -91,7 +92,7 @@ def verify(
     if fmt == "json":
         from nodeagent.render import jsonout
 
-        click.echo(jsonout.dumps(ran.to_dict()))
+        click.echo(jsonout.dumps(document.dump(ran)))
     else:
         from nodeagent.render import table
         from nodeagent.render.sheet import show

@@ -4,16 +4,37 @@ document (docs/architecture.md, Documents), and what their declarations use."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import ConfigDict, TypeAdapter
+from pydantic import ConfigDict, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
-__all__ = ["LATE", "dump", "is_empty", "is_none"]
+__all__ = ["LATE", "InKeyOrder", "dump", "is_empty", "is_none"]
 
 # The config of these dataclasses: their validators are built when the first object is made, so
 # that a command that only imports them (a preflight loading a playbook imports the tuners and
 # their plans) does not pay for building them.
 LATE = ConfigDict(defer_build=True)
+
+
+class InKeyOrder:
+    """A document that puts derived values between its stored ones (a result's verdict before its
+    trials): pydantic writes computed fields after every field, so the class names its document's
+    keys in order in `document_keys`. Keys it does not name follow in pydantic's order, so that a
+    new field is never left out of the document. `document_inlined` names a field whose own
+    document's keys stand in its place (a verify report is the trials' document with the profile's
+    keys before them)."""
+
+    document_keys: ClassVar[tuple[str, ...]] = ()
+    document_inlined: ClassVar[str | None] = None
+
+    @model_serializer(mode="wrap")
+    def _in_key_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        ordered = {**{k: doc[k] for k in self.document_keys if k in doc}, **doc}
+        out: dict[str, Any] = {}
+        for key, value in ordered.items():
+            out.update(value if key == self.document_inlined else {key: value})
+        return out
 
 
 @functools.cache

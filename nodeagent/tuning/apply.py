@@ -41,6 +41,7 @@ from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.host import Host, LocalHost, SnapshotHost
 from nodeagent.tuning import journal, persist, profile
+from nodeagent.tuning.persist import PersistPlan
 from nodeagent.tuning.state import StateDiskError, check_free, lock, state_dir, write_atomic
 
 CONFLICT = "revert-conflict"  # the check id of a revert's conflict finding
@@ -55,7 +56,7 @@ class ApplyResult:
     profile_path: Path | None
     findings: list[Finding] = field(default_factory=list)
     skipped: list[Change] = field(default_factory=list)  # boot advice and no-ops: nothing to write
-    persist: persist.PersistPlan | None = None  # --persist: the files written, what was not persisted
+    persist: PersistPlan | None = None  # --persist: the files written, what was not persisted
     settings: int = 0  # process and code settings saved into the profile
 
 

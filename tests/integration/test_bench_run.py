@@ -23,6 +23,7 @@ import pytest
 
 from nodeagent.bench import run, stats
 from nodeagent.bench.run import FAILED, OK, SKIPPED
+from nodeagent.core import document
 from tests.support.fake_bench import SPEEDS, logged, make_profile
 
 # Real sshd, TensorFlow or many subprocesses: left out of `make test-fast`.
@@ -176,7 +177,7 @@ def test_disturbed_processes_are_run_again(monkeypatch: pytest.MonkeyPatch) -> N
     notes = run.busy_notes([calm, busy])
     assert notes[0].startswith("calm: 1 process(es) left out and run again")
     assert any(n.startswith("busy: other processes used 50%") for n in notes)
-    doc = calm.to_dict()
+    doc = document.dump(calm)
     assert doc["discarded"][0]["images_per_s"] == [101.0, 102.0]
     assert doc["images_per_s"]["samples"] == [102.0, 103.0, 103.0, 104.0]
 
@@ -243,7 +244,7 @@ def test_run_bench_on_fake_workers(
     assert {p.config for p in seen} == set(run.CONFIGS)
     assert {p.process for p in seen} == {1, 2}
 
-    doc = json.loads(json.dumps(result.to_dict()))
+    doc = json.loads(json.dumps(document.dump(result)))
     assert set(doc) >= {"configs", "bound", "verdict", "quick", "duration_s"}
     naive = doc["configs"]["naive"]
     assert set(naive["images_per_s"]) >= {"median", "ci95", "samples"}
@@ -265,7 +266,7 @@ def test_without_a_profile_tuned_is_skipped(fake_worker: Path) -> None:
     assert v["verdict"] == SKIPPED and "tuned skipped" in v["reason"]
     assert result.verdicts["autotune_vs_naive"]["verdict"] == stats.FASTER
     assert "tuned" not in {config_of(e) for e in logged(fake_worker)}
-    assert result.to_dict()["configs"]["tuned"]["images_per_s"] is None
+    assert document.dump(result)["configs"]["tuned"]["images_per_s"] is None
 
 
 def test_a_failed_worker_fails_its_config_only(fake_worker: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,7 +276,7 @@ def test_a_failed_worker_fails_its_config_only(fake_worker: Path, monkeypatch: p
     bad = result.configs["autotune"]
     assert bad.status == FAILED and bad.reason is not None
     assert "status 3" in bad.reason and "out of memory in the fake" in bad.reason
-    assert "RuntimeError: out of memory in the fake" in bad.to_dict()["stderr_tail"]
+    assert "RuntimeError: out of memory in the fake" in document.dump(bad)["stderr_tail"]
     assert result.configs["naive"].status == OK
     # not run again in the second round: it would fail the same way
     assert [config_of(e) for e in logged(fake_worker)].count("autotune") == 1

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodeagent import integrations
 from nodeagent.cluster.prometheus import STATUS_VALUE
+from nodeagent.core import document
 from nodeagent.core.finding import Status
 from tests.support import promstack
 from tests.support.paths import REPO
@@ -136,7 +137,7 @@ def test_promtool_lints_every_family_clean(tmp_path: Path) -> None:
         check=False,
         cwd=REPO,
     )
-    preflight = json.loads(out.stdout) | {"bench": tui_fakes.bench_result().to_dict()}
+    preflight = json.loads(out.stdout) | {"bench": document.dump(tui_fakes.bench_result())}
     outcomes = {
         "gpu-07": HostOutcome("gpu-07", "10.0.0.7", preflight),
         "gpu-08": HostOutcome("gpu-08", "10.0.0.8", error=HostError(UNREACHABLE, "no answer")),

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from nodeagent.bench import stats
 from nodeagent.bench.stats import FASTER, SAME, SLOWER, compare, summarize
+from nodeagent.core import document
 
 # Throughputs as the benchmark sees them: positive, finite, within a few orders of magnitude.
 value = st.floats(min_value=1.0, max_value=1e5, allow_nan=False, allow_infinity=False)
@@ -91,8 +92,8 @@ def test_one_value() -> None:
     assert s.ci95 == (5.0, 5.0) and s.half_width_pct == 0
 
 
-def test_to_dict() -> None:
-    doc = summarize([[1.0, 2.0, 3.0]]).to_dict()
+def test_summary_document() -> None:
+    doc = document.dump(summarize([[1.0, 2.0, 3.0]]))
     assert set(doc) == {"median", "ci95", "half_width_pct", "n", "processes"}
     assert doc["median"] == 2.0 and len(doc["ci95"]) == 2
 

@@ -32,6 +32,7 @@ from nodeagent.cluster.report import FleetReport
 from nodeagent.cluster.runner import HostOutcome
 from nodeagent.cluster.ssh import UNREACHABLE
 from nodeagent.compare.fleet import Drift, FleetComparison, Outlier
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status
 from nodeagent.engine import CheckResult, Report
@@ -140,7 +141,7 @@ def preflight_report() -> Report:
 
 def bench_doc() -> dict[str, Any]:
     """A `nodeagent bench --format json` document: three configs measured, one failed, one skipped."""
-    doc = tui_fakes.bench_result().to_dict()
+    doc = document.dump(tui_fakes.bench_result())
     doc["configs"]["tuned"] = {"status": "skipped", "images_per_s": None, "reason": "no profile default"}
     doc["configs"]["compute_only"] = {
         "status": "failed",

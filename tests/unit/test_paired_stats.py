@@ -260,7 +260,7 @@ def test_haybittle_peto_design() -> None:
     assert d200.looks == (11, 17, 26, 39, 59, 89, 134, 200)
     assert d200.alphas == pytest.approx((0.001,) * 7 + (0.043,))
     assert sum(d200.alphas) == pytest.approx(0.05)
-    assert d200.to_dict()["sharing"] == "Haybittle-Peto"
+    assert document.dump(d200)["sharing"] == "Haybittle-Peto"
     assert design(12, interim_alpha=0.001).looks == (12,)  # no room for an interim look
     assert design(12, interim_alpha=0.001).alphas == (0.05,)
     for limit in (6, 13, 14, 30, 100, 1000, 100_000):
@@ -273,7 +273,7 @@ def test_design_with_a_later_first_look_and_a_precision() -> None:
     des = design(200, min_blocks=20, precision_pct=3.0)
     assert des.looks[0] == 20 and des.looks[-1] == 200
     assert des.precision_pct == 3.0
-    assert des.to_dict()["looks"] == list(des.looks)
+    assert document.dump(des)["looks"] == list(des.looks)
 
 
 @pytest.mark.parametrize("pairs", [0, 1, 5])
