@@ -27,7 +27,7 @@ from typing import Any
 from nodeagent.api.check import param
 from nodeagent.api.tune import Change, Plan, Scope, Tuner, finding_key
 from nodeagent.checks import threads as threads_check
-from nodeagent.core import parse
+from nodeagent.core import document, parse
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import RankFacts, RankLayout, RankSlot
 from nodeagent.host import Host
@@ -77,7 +77,7 @@ def collect(host: Host) -> RankFacts:
 
 
 def _entry(slot: RankSlot, smt: bool) -> dict[str, Any]:
-    out = slot.to_dict()
+    out = document.dump(slot)
     if not smt and slot.physical_cores:
         # Physical cores come first in `cpus`: the first `physical_cores` are one thread per core.
         cpus = slot.cpus[: slot.physical_cores]

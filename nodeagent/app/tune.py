@@ -135,7 +135,7 @@ class TuneRun:
         if self.checked is not None:
             doc["verify"] = document.dump(self.checked)
         if self.persisting is not None:
-            doc["persist"] = self.persisting.to_dict()
+            doc["persist"] = document.dump(self.persisting)
         doc["story"] = self.story
         return doc
 

@@ -215,7 +215,7 @@ class ConfigResult(document.InKeyOrder):
     name: Annotated[str, Field(exclude=True)]  # the report's key for this entry
     status: str  # ok, failed, skipped
     reason: Annotated[str | None, Field(exclude_if=document.is_empty)] = None
-    runs: Annotated[list[WorkerRun], Field(exclude=True)] = Field(default_factory=list)
+    runs: list[WorkerRun] = Field(default_factory=list, exclude=True)
     summary: Annotated[stats.Summary | None, Field(exclude=True)] = None  # in images_per_s
     input_wait_fraction: float | None = None
     cpu_seconds_per_image: float | None = None

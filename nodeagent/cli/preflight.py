@@ -23,6 +23,7 @@ from nodeagent.cli.options import (
     verbose_option,
     write_outputs,
 )
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 
 
@@ -141,7 +142,7 @@ def playbooks_show(name: str, fmt: str) -> None:
 
     pb = load_playbook(name)
     assert pb is not None
-    doc = pb.to_dict()
+    doc = document.dump(pb)
     click.echo(json.dumps(doc, indent=2) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -210,7 +211,7 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...], ve
     if outputs:
         from nodeagent.render import jsonout
 
-        to_stdout = write_outputs(outputs, jsonout.document(merged.to_dict()))
+        to_stdout = write_outputs(outputs, jsonout.document(document.dump(merged)))
     if not to_stdout:  # an --output FORMAT:- is what standard output carries
         emit_fleet(merged, fmt, [f"note: {n}" for n in notes], verbose)
     sys.exit(merged.exit_code)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar
 
-from pydantic import ConfigDict, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
+from pydantic import ConfigDict, PlainSerializer, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
 
-__all__ = ["LATE", "InKeyOrder", "dump", "is_empty", "is_none"]
+__all__ = ["EMPTY_AS_NULL", "LATE", "InKeyOrder", "dump", "is_empty", "is_none"]
 
 # The config of these dataclasses: their validators are built when the first object is made, so
 # that a command that only imports them (a preflight loading a playbook imports the tuners and
@@ -58,3 +58,8 @@ def is_empty(value: object) -> bool:
 
 def is_none(value: object) -> bool:
     return value is None
+
+
+# For `Annotated[T, EMPTY_AS_NULL]`: an empty value is written as null, where an empty one would
+# read as a value (a rank with no CPUs is not bound to none: it is not bound).
+EMPTY_AS_NULL = PlainSerializer(lambda value: value or None)

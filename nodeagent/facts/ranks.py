@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated
 
-from nodeagent.core import parse
+from pydantic import Field, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
+from nodeagent.core import document, parse
 from nodeagent.facts import cgroup, gpus, pci, pci_topology, topology
 from nodeagent.facts.cgroup import CgroupCpus
 from nodeagent.facts.pci_topology import Endpoint, rank
@@ -95,38 +98,41 @@ class RankFacts:
         return self.cpus.allowed
 
 
-@dataclass(frozen=True)
-class RankSlot:
+@pydantic_dataclass(frozen=True, config=document.LATE)
+class RankSlot(document.InKeyOrder):
+    """One local rank's place; its document is the rank's entry in the profile and the tune
+    report. `cpus` and `cpulist` are null (not empty) for an unpinned rank: there is nothing to bind."""
+
+    document_keys = (
+        "local_rank",
+        "gpu",
+        "gpu_pci",
+        "cpus",
+        "cpulist",
+        "numa_node",
+        "mems",
+        "nic",
+        "nic_level",
+        "physical_cores",
+        "shares_with",
+    )
+
     local_rank: int
     gpu: str | None  # "GPU0"; None on CPU-only layouts
     gpu_pci: str | None
     numa_node: int | None  # the node whose memory the rank binds to; None: unknown or several
     mems: list[int]  # NUMA nodes for --membind (several when a CPU rank spans nodes); [] unknown
-    cpus: list[int]  # physical cores first, SMT siblings after; [] when the rank cannot be pinned
+    # Physical cores first, SMT siblings after; [] when the rank cannot be pinned.
+    cpus: Annotated[list[int], document.EMPTY_AS_NULL]
     physical_cores: int | None  # cores among `cpus`; None when the SMT layout is unknown
     nic: list[str]
     nic_level: str | None
-    shares_with: list[int] = field(default_factory=list)  # local ranks whose CPUs overlap these
+    shares_with: list[int] = Field(default_factory=list)  # local ranks whose CPUs overlap these
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
-    def cpulist(self) -> str:
+    def cpulist(self) -> Annotated[str, document.EMPTY_AS_NULL]:
         return parse.format_cpulist(self.cpus)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The profile/JSON form. `cpus` is null (not []) for an unpinned rank: there is nothing to bind."""
-        return {
-            "local_rank": self.local_rank,
-            "gpu": self.gpu,
-            "gpu_pci": self.gpu_pci,
-            "cpus": list(self.cpus) or None,
-            "cpulist": self.cpulist or None,
-            "numa_node": self.numa_node,
-            "mems": list(self.mems),
-            "nic": list(self.nic),
-            "nic_level": self.nic_level,
-            "physical_cores": self.physical_cores,
-            "shares_with": list(self.shares_with),
-        }
 
 
 @dataclass(frozen=True)

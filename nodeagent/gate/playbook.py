@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_serializer
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent import checks, tuners
 from nodeagent.compare.values import Value
@@ -65,16 +66,34 @@ class BenchSettings:
     processes: int | None = None
 
 
-@dataclass(frozen=True)
-class Playbook:
+@pydantic_dataclass(frozen=True, config=document.LATE)
+class Playbook(document.InKeyOrder):
+    """A playbook resolved over its includes; its document is the playbook in the file's own
+    format (each check and tuner with its parameters), after its name, source and includes."""
+
+    document_keys = (
+        "name",
+        "source",
+        "includes",
+        "description",
+        "budget_s",
+        "fail_on",
+        "lost_hardware",
+        "checks",
+        "thresholds",
+        "tuners",
+        "bench",
+    )
+
     name: str  # file stem
     source: str  # path shown in messages
     description: str
     checks: tuple[str, ...]  # registry order; (): none chosen, the caller runs all
-    check_params: Mapping[str, Mapping[str, Any]]  # check id -> parameter overrides (validated)
+    # check id -> parameter overrides (validated); in the document under the check
+    check_params: Annotated[Mapping[str, Mapping[str, Any]], Field(exclude=True)]
     thresholds: tuple[Threshold, ...]
     tuners: tuple[str, ...]  # registry order
-    tuner_params: Mapping[str, Mapping[str, Any]]
+    tuner_params: Annotated[Mapping[str, Mapping[str, Any]], Field(exclude=True)]
     bench: BenchSettings
     budget_s: float | None  # time budget of preflight
     fail_on: str  # "warn" | "fail": the status at which preflight refuses the node
@@ -83,34 +102,18 @@ class Playbook:
     # of a GPU, an HCA or an NVLink must not run the job) unless the playbook lowers it to "warn".
     lost_hardware: str = "fail"
 
-    def to_dict(self) -> dict[str, Any]:
-        """The resolved playbook in the file's own format, after its name, source and includes."""
-        return {
-            "name": self.name,
-            "source": self.source,
-            "includes": list(self.includes),
-            "description": self.description,
-            "budget_s": self.budget_s,
-            "fail_on": self.fail_on,
-            "lost_hardware": self.lost_hardware,
-            "checks": _entries(self.checks, self.check_params),
-            "thresholds": [document.dump(t) for t in self.thresholds],
-            "tuners": _entries(self.tuners, self.tuner_params),
-            "bench": dataclasses.asdict(self.bench),
-        }
+    @field_serializer("checks")
+    def _checks(self, ids: tuple[str, ...]) -> dict[str, Any]:
+        return _entries(ids, self.check_params)
+
+    @field_serializer("tuners")
+    def _tuners(self, ids: tuple[str, ...]) -> dict[str, Any]:
+        return _entries(ids, self.tuner_params)
 
 
 def _entries(ids: Sequence[str], params: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    return {i: {"params": _plain(params[i])} if params.get(i) else {} for i in ids}
-
-
-def _plain(value: Any) -> Any:
-    """Tuples as lists, for yaml.safe_dump and JSON."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    """Each id with its parameters, as the file writes them (`{}`: the defaults)."""
+    return {i: {"params": params[i]} if params.get(i) else {} for i in ids}
 
 
 # --- Finding and reading files --------------------------------------------------------------------

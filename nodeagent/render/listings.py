@@ -10,6 +10,7 @@ from rich.text import Text
 
 from nodeagent.api.check import Check
 from nodeagent.api.tune import LAYOUT_PARAMS, ParamDoc, Tuner, param_docs
+from nodeagent.core import document
 from nodeagent.gate.playbook import Playbook
 from nodeagent.render.literal import one_line
 from nodeagent.render.sheet import Part, Sheet, sheet
@@ -138,7 +139,7 @@ def playbooks_sheet(playbooks: Sequence[Playbook]) -> Sheet:
 
 def playbooks_document(playbooks: Sequence[Playbook]) -> dict[str, Any]:
     """Each playbook resolved, as `playbooks show NAME --format json` prints it."""
-    return {"playbooks": [pb.to_dict() for pb in playbooks]}
+    return {"playbooks": [document.dump(pb) for pb in playbooks]}
 
 
 def journals_sheet(journals: Sequence[Journal]) -> Sheet:

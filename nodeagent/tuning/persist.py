@@ -37,10 +37,14 @@ import configparser
 import posixpath
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.api.tune import Change, Scope
+from nodeagent.core import document
 from nodeagent.host import Host
 
 SYSCTL_FILE = "/etc/sysctl.d/90-nodeagent.conf"
@@ -96,52 +100,69 @@ class Facts:
     profile_mode: FileState | None
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=document.LATE)
 class FileWrite:
-    """A whole file --persist writes: its content before (None: absent) and after."""
+    """A whole file --persist writes: its content before (None: absent) and after. The tune
+    report names it, says what it is and whether it is new; the contents are the journal's."""
 
     path: str
-    before: str | None
-    after: str
+    before: Annotated[str | None, Field(exclude=True)]
+    after: Annotated[str, Field(exclude=True)]
     what: str
 
-
-@dataclass(frozen=True)
-class Kept:
-    """Where one runtime change is persisted (`where`), or why not (`where` None, `why`)."""
-
-    change: Change
-    where: str | None
-    why: str = ""
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def created(self) -> bool:
+        return self.before is None
 
 
-@dataclass
-class PersistPlan:
-    files: list[FileWrite] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)  # folders to create, outermost first
-    kept: list[Kept] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)  # files that exist but cannot be read
-    notes: list[str] = field(default_factory=list)
+@pydantic_dataclass(frozen=True, config=document.LATE)
+class Kept(document.InKeyOrder):
+    """Where one runtime change is persisted (`where`), or why not (`where` None, `why`); in the
+    report, the change's tuner and target, then the one that applies."""
 
+    document_keys = ("tuner", "target", "where", "why")
+
+    change: Annotated[Change, Field(exclude=True)]
+    where: Annotated[str | None, Field(exclude_if=document.is_none)]
+    why: Annotated[str | None, Field(exclude_if=document.is_none)] = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def tuner(self) -> str:
+        return self.change.tuner
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def target(self) -> str:
+        return self.change.target
+
+
+@pydantic_dataclass(config=document.LATE)
+class PersistPlan(document.InKeyOrder):
+    """What --persist writes; the tune report's `persist`."""
+
+    document_keys = ("files", "persisted", "not_persisted", "notes")
+
+    files: list[FileWrite] = Field(default_factory=list)
+    # Folders to create, outermost first.
+    dirs: Annotated[list[str], Field(exclude=True)] = Field(default_factory=list)
+    kept: Annotated[list[Kept], Field(exclude=True)] = Field(
+        default_factory=list
+    )  # as persisted, not_persisted
+    # Files that exist but cannot be read (apply refuses the plan).
+    refused: Annotated[list[str], Field(exclude=True)] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def persisted(self) -> list[Kept]:
         return [k for k in self.kept if k.where is not None]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def not_persisted(self) -> list[Kept]:
         return [k for k in self.kept if k.where is None]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "files": [{"path": f.path, "what": f.what, "created": f.before is None} for f in self.files],
-            "persisted": [
-                {"tuner": k.change.tuner, "target": k.change.target, "where": k.where} for k in self.persisted
-            ],
-            "not_persisted": [
-                {"tuner": k.change.tuner, "target": k.change.target, "why": k.why} for k in self.not_persisted
-            ],
-            "notes": self.notes,
-        }
 
 
 # -- reading -------------------------------------------------------------------------------------

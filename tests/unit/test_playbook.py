@@ -15,6 +15,7 @@ from nodeagent import checks, engine, tuners
 from nodeagent.cli.main import main
 from nodeagent.compare import fleet
 from nodeagent.compare.values import Value
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.core.finding import Finding, Status, documents
 from nodeagent.facts import node
@@ -77,7 +78,7 @@ def test_shipped_playbooks_resolve() -> None:
             by_id[tid].make_params(dict(pb.tuner_params[tid]))
         for t in pb.thresholds:
             assert "https://" in t.why, f"{pb.name}: {t.value} cites no source"
-        json.dumps(pb.to_dict())
+        json.dumps(document.dump(pb))
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -85,7 +86,7 @@ def test_shown_playbook_loads_back_the_same(tmp_path: Path, name: str) -> None:
     """`playbooks show` prints the file format: saved (less name, source, includes) it loads as the
     same playbook, with nothing left to include."""
     pb = load_playbook(name)
-    body = {k: v for k, v in pb.to_dict().items() if k not in ("name", "source", "includes")}
+    body = {k: v for k, v in document.dump(pb).items() if k not in ("name", "source", "includes")}
     path = tmp_path / f"{name}.yml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     again = load_playbook(str(path))

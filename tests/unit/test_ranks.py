@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nodeagent.core import document
 from nodeagent.core.parse import cpulist, format_cpulist
 from nodeagent.facts import ranks
 from nodeagent.facts.ranks import SOURCE_NUMA, SOURCE_SMI, SOURCE_SYSFS, GpuPlace, RankLayout
@@ -208,7 +209,7 @@ def test_sysfs_gpus_nics_and_numa_inferred_from_local_cpulist(tmp_path: Path) ->
 def test_gpu_with_no_locality_is_unpinned_unless_nvidia_smi_says(tmp_path: Path) -> None:
     lay = ranks.layout(_two_socket(tmp_path / "a", {"numa_node": "-1"}))
     assert lay.slots[1].cpus == [] and lay.slots[1].numa_node is None
-    assert lay.slots[1].to_dict()["cpus"] is None  # the launcher binds nothing rather than []
+    assert document.dump(lay.slots[1])["cpus"] is None  # the launcher binds nothing rather than []
     assert any("GPU1: NUMA node unknown" in n for n in lay.notes)
     # The driver's NUMA Affinity fills what the firmware left out.
     smi = (
@@ -304,7 +305,7 @@ def test_layout_dict_shape() -> None:
     lay = ranks.build(
         hand_facts({0: "0-3"}, gpus=[GpuPlace("GPU0", "0000:03:00.0", 0, [0, 1, 2, 3], ["mlx5_0"], "PIX")])
     )
-    d = lay.slots[0].to_dict()
+    d = document.dump(lay.slots[0])
     assert {"local_rank", "gpu", "cpus", "numa_node", "nic"} <= set(d)
     assert (
         d["cpus"] == [0, 1, 2, 3]

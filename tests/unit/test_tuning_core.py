@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from nodeagent.api.tune import Change, Plan, Scope, runtime_write, verify_writes
+from nodeagent.core import document
 from nodeagent.core.errors import UsageError
 from nodeagent.host import SnapshotHost
 from nodeagent.tuning import apply, journal, profile
@@ -269,7 +270,7 @@ def test_a_profile_holds_what_every_tuner_writes_and_more(tmp_path: Path) -> Non
     doc = profile.merged(
         {},
         [
-            ("ranks", [slot.to_dict() | {"env": {"CUDA_VISIBLE_DEVICES": "0"}}]),
+            ("ranks", [document.dump(slot) | {"env": {"CUDA_VISIBLE_DEVICES": "0"}}]),
             ("env.OMP_NUM_THREADS", "4"),
             ("rank_env.0.TF_NUM_INTRAOP_THREADS", 2),
             ("launcher.cpu_dma_latency_us", 0),
