@@ -184,7 +184,7 @@ def _side(name: str, profile_name: str, command: Sequence[str], env: dict[str, s
         raise UsageError(f"side {name} cannot be started: {e}") from None
     launch.notes.extend(notes)
     path = folder / f"side-{name}.json"
-    prepared.write(path, launch, machine, planning)
+    prepared.write(path, launch, machine)
     return ab.Side(name, prepared.argv(path), env)
 
 

@@ -748,7 +748,7 @@ def exec_(
 
     launch, machine = launcher.plan(profile_name, local_rank, list(command), warn, dry_run, named)
     if dry_run:
-        click.echo(json.dumps(launch.to_dict(os.environ), indent=2))
+        click.echo(json.dumps(document.dump(launch), indent=2))
         return
     for note in launch.notes:
         click.echo(f"nodeagent exec: note: {note}", err=True)

@@ -34,11 +34,15 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, PlainSerializer, computed_field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from nodeagent.core import jsondoc, parse
+from nodeagent.core.document import LATE, InKeyOrder
 from nodeagent.core.errors import UsageError
 from nodeagent.facts import cgroup
 from nodeagent.host import LocalHost
@@ -66,23 +70,48 @@ EX_NOEXEC = 126  # ... and when it cannot be executed
 _WORDING = jsondoc.Wording("profile", "recreate the profile with `nodeagent tune --apply`")
 
 
-@dataclass
-class Launch:
-    """Everything `nodeagent exec` does before the exec, decided without side effects."""
+def _limit(value: int | None) -> int | str | None:
+    return "unlimited" if value == resource.RLIM_INFINITY else value
 
-    profile_path: str
-    command: list[str]  # the user's command
+
+@pydantic_dataclass(config=LATE)
+class Launch(InKeyOrder):
+    """Everything `nodeagent exec` does before the exec, decided without side effects; its
+    document is what `exec --dry-run` prints."""
+
+    document_keys = (
+        "profile",
+        "rank",
+        "rank_source",
+        "argv",
+        "env",
+        "affinity",
+        "affinity_list",
+        "memory_policy",
+        "binding",
+        "cpu_dma_latency_us",
+        "memlock_soft",
+        "tf_data",
+        "notes",
+    )
+
+    profile_path: Annotated[str, Field(serialization_alias="profile")]
+    command: Annotated[list[str], Field(exclude=True)]  # the user's command
     argv: list[str]  # what is executed (numactl ... -- command, or the command)
-    env: dict[str, str]
+    env: Annotated[dict[str, str], Field(exclude=True)]  # the job's; the document has its change
+    # The environment the launch was resolved against (`env` is made from it).
+    resolved_in: Annotated[dict[str, str], Field(exclude=True)]
     rank: int
     rank_source: str  # "--local-rank", a variable name, or "default"
-    cpus: list[int] | None
-    mems: list[int] | None  # NUMA nodes memory is bound to (one: the rank's node)
+    cpus: Annotated[list[int] | None, Field(serialization_alias="affinity")]
+    # NUMA nodes memory is bound to (one: the rank's node); the document's memory_policy.
+    mems: Annotated[list[int] | None, Field(exclude=True)]
     binding: str  # "numactl", "syscalls" or "none"
-    dma_latency_us: int | None
+    dma_latency_us: Annotated[int | None, Field(serialization_alias="cpu_dma_latency_us")]
     tf_data: dict[str, Any] | None
-    notes: list[str] = field(default_factory=list)
-    memlock_soft: int | None = None  # bytes, or resource.RLIM_INFINITY; the pinned-memory tuner's
+    notes: list[str] = Field(default_factory=list)
+    # Bytes, or resource.RLIM_INFINITY; the pinned-memory tuner's.
+    memlock_soft: Annotated[int | None, PlainSerializer(_limit)] = None
 
     def entry(self, machine: Machine) -> Entry:
         """What is done to the launching process for this launch (nodeagent.tuning.binding)."""
@@ -97,28 +126,22 @@ class Launch:
             self.dma_latency_us,
         )
 
-    def env_diff(self, base: Mapping[str, str]) -> dict[str, Any]:
-        changed = {k: v for k, v in sorted(self.env.items()) if base.get(k) != v}
-        return {"set": changed, "unset": sorted(k for k in base if k not in self.env)}
+    @computed_field(alias="env")  # type: ignore[prop-decorator]
+    @property
+    def env_change(self) -> dict[str, Any]:
+        """What the launch sets, and unsets, in the environment it was resolved against."""
+        changed = {k: v for k, v in sorted(self.env.items()) if self.resolved_in.get(k) != v}
+        return {"set": changed, "unset": sorted(k for k in self.resolved_in if k not in self.env)}
 
-    def to_dict(self, base: Mapping[str, str]) -> dict[str, Any]:
-        return {
-            "profile": self.profile_path,
-            "rank": self.rank,
-            "rank_source": self.rank_source,
-            "argv": self.argv,
-            "env": self.env_diff(base),
-            "affinity": self.cpus,
-            "affinity_list": None if self.cpus is None else parse.format_cpulist(self.cpus),
-            "memory_policy": None if self.mems is None else {"mode": "bind", "nodes": self.mems},
-            "binding": self.binding,
-            "cpu_dma_latency_us": self.dma_latency_us,
-            "memlock_soft": None
-            if self.memlock_soft is None
-            else ("unlimited" if self.memlock_soft == resource.RLIM_INFINITY else self.memlock_soft),
-            "tf_data": self.tf_data,
-            "notes": self.notes,
-        }
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def affinity_list(self) -> str | None:
+        return None if self.cpus is None else parse.format_cpulist(self.cpus)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def memory_policy(self) -> dict[str, Any] | None:
+        return None if self.mems is None else {"mode": "bind", "nodes": self.mems}
 
 
 @dataclass(frozen=True)
@@ -327,6 +350,7 @@ def prepare(
         command=list(command),
         argv=argv,
         env=env,
+        resolved_in=dict(environ),
         rank=rank,
         rank_source=source,
         cpus=cpus,

@@ -36,14 +36,15 @@ PROG = "nodeagent exec"
 MAX_BYTES = 1 << 20  # a launch is a few kilobytes; the file is nodeagent's own, in a private folder
 
 
-def write(path: Path, launch: Launch, machine: Machine, environ: Mapping[str, str]) -> None:
-    """Keep `launch`, resolved against `environ`, in `path` for `argv`."""
+def write(path: Path, launch: Launch, machine: Machine) -> None:
+    """Keep `launch` in `path` for `argv`, its environment as a change to the one it was resolved
+    against."""
     # Here, not at the top: main() starts every trial of the user's job, and needs none of it.
     from nodeagent.tuning.state import write_atomic  # noqa: PLC0415
 
     doc = {
         "argv": launch.argv,
-        "env": launch.env_diff(environ),
+        "env": launch.env_change,
         "entry": asdict(launch.entry(machine)),
         "notes": launch.notes,
     }

@@ -42,7 +42,7 @@ def main() -> None:
         true = ["/bin/true"]
         launch, machine = launcher.plan("perf", None, true, print, named=True, environ=env)
         kept = state / "launch.json"
-        prepared.write(kept, launch, machine, env)
+        prepared.write(kept, launch, machine)
         ways = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "nodeagent exec --profile perf": [

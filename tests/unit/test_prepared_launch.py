@@ -63,7 +63,7 @@ def test_a_prepared_launch_does_what_nodeagent_exec_does(
     planning = _environment(state, tmp_path / "resolved" / "measure")
     launch, machine = launcher.plan("default", None, command, pytest.fail, named=True, environ=planning)
     kept = tmp_path / "side-B.json"
-    prepared.write(kept, launch, machine, planning)
+    prepared.write(kept, launch, machine)
     by_prepared, prepared_err = _child_report(prepared.argv(kept), trial_env)
 
     for key in ("affinity", "mempolicy", "mems_allowed", "env"):
