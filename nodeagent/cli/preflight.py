@@ -211,7 +211,7 @@ def report_merge(paths: tuple[Path, ...], fmt: str, outputs: tuple[str, ...], ve
     if outputs:
         from nodeagent.render import jsonout
 
-        to_stdout = write_outputs(outputs, jsonout.document(document.dump(merged)))
+        to_stdout = write_outputs(outputs, jsonout.document(merged.to_dict()))
     if not to_stdout:  # an --output FORMAT:- is what standard output carries
         emit_fleet(merged, fmt, [f"note: {n}" for n in notes], verbose)
     sys.exit(merged.exit_code)

@@ -7,6 +7,7 @@ import functools
 from typing import Any, ClassVar
 
 from pydantic import ConfigDict, PlainSerializer, SerializerFunctionWrapHandler, TypeAdapter, model_serializer
+from pydantic.dataclasses import is_pydantic_dataclass
 
 __all__ = ["EMPTY_AS_NULL", "LATE", "InKeyOrder", "dump", "is_empty", "is_none"]
 
@@ -45,6 +46,10 @@ def _adapter(kind: type[object]) -> TypeAdapter[Any]:
 def dump(value: object) -> dict[str, Any]:
     """A pydantic dataclass as the document it declares: its fields in order under their
     serialization aliases, its computed fields after them, without the excluded ones."""
+    # mypy cannot tell a pydantic dataclass from another object: a wrong one fails here, loudly,
+    # where pydantic would dump a plain dataclass's fields as a document nobody declared.
+    if not is_pydantic_dataclass(type(value)):
+        raise TypeError(f"{type(value).__name__} is not a pydantic dataclass: it declares no document")
     # A class is hashable; mypy's Hashable protocol does not see it through type[object].
     adapter = _adapter(type(value))  # type: ignore[arg-type]
     dumped: dict[str, Any] = adapter.dump_python(value, mode="json", by_alias=True)
