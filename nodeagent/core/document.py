@@ -23,7 +23,9 @@ class InKeyOrder:
     keys in order in `document_keys`. Keys it does not name follow in pydantic's order, so that a
     new field is never left out of the document. `document_inlined` names a field whose own
     document's keys stand in its place (a verify report is the trials' document with the profile's
-    keys before them)."""
+    keys before them). The nested documents its handler returns have key strings of their own, not
+    the shared field names: more memory where many are held or pickled, which is why a node's and a
+    fleet's reports keep their to_dict (docs/architecture.md, Documents)."""
 
     document_keys: ClassVar[tuple[str, ...]] = ()
     document_inlined: ClassVar[str | None] = None
@@ -45,7 +47,8 @@ def _adapter(kind: type[object]) -> TypeAdapter[Any]:
 
 def dump(value: object) -> dict[str, Any]:
     """A pydantic dataclass as the document it declares: its fields in order under their
-    serialization aliases, its computed fields after them, without the excluded ones."""
+    serialization aliases, its computed fields after them (or in the order an InKeyOrder names),
+    without the excluded ones."""
     # mypy cannot tell a pydantic dataclass from another object: a wrong one fails here, loudly,
     # where pydantic would dump a plain dataclass's fields as a document nobody declared.
     if not is_pydantic_dataclass(type(value)):

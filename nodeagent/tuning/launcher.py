@@ -71,6 +71,7 @@ _WORDING = jsondoc.Wording("profile", "recreate the profile with `nodeagent tune
 
 
 def _limit(value: int | None) -> int | str | None:
+    """A memlock limit as the document writes it: bytes, or "unlimited" (RLIM_INFINITY)."""
     return "unlimited" if value == resource.RLIM_INFINITY else value
 
 
