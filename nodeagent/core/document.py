@@ -42,6 +42,11 @@ class InKeyOrder:
 
 @functools.cache
 def _adapter(kind: type[object]) -> TypeAdapter[Any]:
+    """The class's adapter, made once. mypy cannot tell a pydantic dataclass from another object: a
+    wrong one fails here, loudly (an exception is not cached), where pydantic would dump a plain
+    dataclass's fields as a document nobody declared."""
+    if not is_pydantic_dataclass(kind):
+        raise TypeError(f"{kind.__name__} is not a pydantic dataclass: it declares no document")
     return TypeAdapter(kind)
 
 
@@ -49,10 +54,6 @@ def dump(value: object) -> dict[str, Any]:
     """A pydantic dataclass as the document it declares: its fields in order under their
     serialization aliases, its computed fields after them (or in the order an InKeyOrder names),
     without the excluded ones."""
-    # mypy cannot tell a pydantic dataclass from another object: a wrong one fails here, loudly,
-    # where pydantic would dump a plain dataclass's fields as a document nobody declared.
-    if not is_pydantic_dataclass(type(value)):
-        raise TypeError(f"{type(value).__name__} is not a pydantic dataclass: it declares no document")
     # A class is hashable; mypy's Hashable protocol does not see it through type[object].
     adapter = _adapter(type(value))  # type: ignore[arg-type]
     dumped: dict[str, Any] = adapter.dump_python(value, mode="json", by_alias=True)
