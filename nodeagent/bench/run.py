@@ -275,12 +275,12 @@ class ConfigResult(document.InKeyOrder):
     @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
     @property
     def tf_data_options(self) -> Any:
-        return None if self._first is None else self._first.get("tf_data_options")
+        return (self._first or {}).get("tf_data_options")
 
     @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
     @property
     def tf_version(self) -> str | None:
-        return None if self._first is None else self._first.get("tf_version")
+        return (self._first or {}).get("tf_version")
 
     @computed_field(exclude_if=document.is_none)  # type: ignore[prop-decorator]
     @property
